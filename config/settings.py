@@ -1,0 +1,159 @@
+"""Allot settings. Every value comes from the environment through config.env; see README 'Configuration'.
+
+Embedded defaults (SQLite, tasks run in-process) make a first run need no other server. Set
+DATABASE_URL and REDIS_URL for PostgreSQL and a real Celery broker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("ALLOT_VAR_DIR", str(BASE_DIR / "var")))
+
+# --- core -----------------------------------------------------------------------------------
+DEBUG = env_bool("ALLOT_DEBUG", False)
+_DEV_KEY = "allot-development-only-key-not-secret"
+SECRET_KEY = env_str("ALLOT_SECRET_KEY", _DEV_KEY if DEBUG else None)
+if not SECRET_KEY:
+    raise ImproperlyConfigured(
+        "ALLOT_SECRET_KEY must be set when ALLOT_DEBUG is off (generate one with "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`)"
+    )
+ALLOWED_HOSTS = env_list("ALLOT_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("ALLOT_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_filters",
+    "django_htmx",
+    "django_tables2",
+    "quotas",
+    "admission",
+    "accounting",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"),
+        conn_max_age=60,
+    ),
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "admin:login"
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["quotas.api.permissions.ReadAuthenticatedWriteAdmin"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "quotas.api.pagination.Pagination",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Allot API",
+    "DESCRIPTION": "Quota and admission governance for shared GPU fleets. Quantities are in base "
+    "units (devices, millicores, bytes) and accept Kubernetes quantity syntax on input.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "ClusterKindEnum": "quotas.models.ClusterKind",
+        "UnitKindEnum": ["organisation", "department", "team", "project"],
+    },
+}
+
+# --- Celery (ALLOT_CELERY_*) ----------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
+# Without a broker, tasks run in-process at enqueue time (the embedded demo default).
+CELERY_TASK_ALWAYS_EAGER = env_bool("ALLOT_CELERY_EAGER", not REDIS_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+# --- policy (ALLOT_POLICY_*) ----------------------------------------------------------------
+ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int("ALLOT_POLICY_SCHEDULING_PASS_SECONDS", 10)
+ALLOT_POLICY_USAGE_HALF_LIFE_DAYS = env_int("ALLOT_POLICY_USAGE_HALF_LIFE_DAYS", 7)
+
+# --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
+EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("ALLOT_LOG_LEVEL", "INFO")},
+}
