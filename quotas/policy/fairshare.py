@@ -1,0 +1,264 @@
+"""Hierarchical fair-share, seen the way each scheduler sees it.
+
+* :func:`normalized_shares` — weight over siblings' weights × the parent's share (DESIGN.md).
+* :func:`decayed_usage` — usage forgiven with a half-life (seed 8.5.1: with a one-week half-life,
+  two-week-old usage counts 25 %).
+* :func:`fair_tree` — Slurm's Fair Tree: LevelFS = NormShares / EffectvUsage among siblings,
+  leaves ranked depth-first by LevelFS, factor = rank / leaves (matches ``sshare -l``).
+* :func:`classic_factor` — Slurm's classic factor 2^(−U/S) on tree-normalised values.
+* :func:`kueue_weighted_share` — Kueue's dominant share of borrowed usage over lendable capacity,
+  per-mille, divided by the weight (``status.fairSharing.weightedShare``).
+* :func:`dominant_share` and :func:`drf_progressive_filling` — DRF (seed 8.4.1, table 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .snapshot import OrgSnapshot
+
+MAX_INT64 = 2**63 - 1
+
+
+def normalized_shares(snapshot: OrgSnapshot) -> dict[int, float]:
+    """Each unit's share of the whole tree: its weight over its siblings' × its parent's share."""
+    shares: dict[int, float] = {}
+    pending: list[tuple[int | None, float]] = [(None, 1.0)]
+    while pending:
+        parent, parent_share = pending.pop()
+        children = snapshot.children.get(parent, ())
+        total = sum(snapshot.units[c].weight for c in children)
+        for child in children:
+            share = parent_share * snapshot.units[child].weight / total if total > 0 else 0.0
+            shares[child] = share
+            pending.append((child, share))
+    return shares
+
+
+def decay_factor(age: timedelta, half_life: timedelta) -> float:
+    """Weight of usage ``age`` old: 0.5 ** (age / half_life); future usage counts in full."""
+    if age <= timedelta(0):
+        return 1.0
+    return float(0.5 ** (age / half_life))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    unit_id: int
+    at: datetime
+    amount: float
+    """Billing-weighted device-seconds (or any additive usage measure)."""
+
+
+def decayed_usage(records: Iterable[UsageRecord], *, now: datetime, half_life: timedelta) -> dict[int, float]:
+    """Sum each unit's own records, each decayed by its age at ``now``."""
+    half_s = half_life.total_seconds()
+    if half_s <= 0:
+        raise ValueError("half_life must be positive")
+    now_ts = now.timestamp()
+    rate = math.log(2) / half_s
+    exp = math.exp
+    totals: dict[int, float] = {}
+    get = totals.get
+    for record in records:
+        age = now_ts - record.at.timestamp()
+        weight = exp(-rate * age) if age > 0 else 1.0
+        totals[record.unit_id] = get(record.unit_id, 0.0) + record.amount * weight
+    return totals
+
+
+def subtree_usage(snapshot: OrgSnapshot, own: Mapping[int, float]) -> dict[int, float]:
+    """Usage of each unit including all of its descendants."""
+    totals = {uid: own.get(uid, 0.0) for uid in snapshot.units}
+    for uid in _bottom_up(snapshot):
+        parent = snapshot.units[uid].parent_id
+        if parent is not None and parent in totals:
+            totals[parent] += totals[uid]
+    return totals
+
+
+def _bottom_up(snapshot: OrgSnapshot) -> list[int]:
+    order: list[int] = []
+    pending: list[int | None] = [None]
+    while pending:
+        node = pending.pop()
+        for child in snapshot.children.get(node, ()):
+            order.append(child)
+            pending.append(child)
+    order.reverse()
+    return order
+
+
+@dataclass(frozen=True, slots=True)
+class ShareNode:
+    """A node of a fair-share tree: an account, or a user under an account."""
+
+    key: Hashable
+    parent: Hashable | None
+    shares: float
+    usage: float = 0.0
+    """Own usage; subtree usage is summed by :func:`fair_tree`."""
+
+
+@dataclass(frozen=True, slots=True)
+class FairTreeLine:
+    norm_shares: float
+    usage: float
+    effective_usage: float
+    level_fs: float
+    factor: float | None
+    """Set on leaves only, as sshare prints it."""
+
+
+def fair_tree(nodes: Sequence[ShareNode]) -> dict[Hashable, FairTreeLine]:
+    """Slurm's Fair Tree algorithm over ``nodes``.
+
+    Among siblings: NormShares = shares / Σ siblings' shares; EffectvUsage = usage / parent's usage;
+    LevelFS = NormShares / EffectvUsage (∞ when unused). Leaves are ranked by a depth-first walk
+    that visits siblings by descending LevelFS; the first leaf gets factor 1, the last 1/N.
+    Ties keep input order (Slurm would give equal LevelFS the same rank).
+    """
+    children: dict[Hashable | None, list[ShareNode]] = {}
+    for node in nodes:
+        children.setdefault(node.parent, []).append(node)
+    usage = {node.key: node.usage for node in nodes}
+    for node in reversed(_depth_first(children)):
+        if node.parent is not None:
+            usage[node.parent] = usage.get(node.parent, 0.0) + usage[node.key]
+    lines: dict[Hashable, FairTreeLine] = {}
+    leaves: list[Hashable] = []
+    _rank(children, None, sum(usage[n.key] for n in children.get(None, [])), usage, lines, leaves)
+    count = len(leaves)
+    for position, key in enumerate(leaves):
+        lines[key] = _with_factor(lines[key], (count - position) / count)
+    return lines
+
+
+def _depth_first(children: Mapping[Hashable | None, list[ShareNode]]) -> list[ShareNode]:
+    order: list[ShareNode] = []
+    pending = list(children.get(None, []))
+    while pending:
+        node = pending.pop()
+        order.append(node)
+        pending.extend(children.get(node.key, []))
+    return order
+
+
+def _rank(
+    children: Mapping[Hashable | None, list[ShareNode]],
+    parent: Hashable | None,
+    parent_usage: float,
+    usage: Mapping[Hashable, float],
+    lines: dict[Hashable, FairTreeLine],
+    leaves: list[Hashable],
+) -> None:
+    siblings = children.get(parent, [])
+    total_shares = sum(n.shares for n in siblings)
+    scored = []
+    for node in siblings:
+        norm = node.shares / total_shares if total_shares else 0.0
+        eff = usage[node.key] / parent_usage if parent_usage > 0 else 0.0
+        level = norm / eff if eff > 0 else math.inf
+        lines[node.key] = FairTreeLine(norm, usage[node.key], eff, level, None)
+        scored.append((level, node))
+    for _, node in sorted(scored, key=lambda item: -item[0]):
+        if node.key in children:
+            _rank(children, node.key, usage[node.key], usage, lines, leaves)
+        else:
+            leaves.append(node.key)
+
+
+def _with_factor(line: FairTreeLine, factor: float) -> FairTreeLine:
+    return FairTreeLine(line.norm_shares, line.usage, line.effective_usage, line.level_fs, factor)
+
+
+def unit_share_nodes(snapshot: OrgSnapshot, own_usage: Mapping[int, float]) -> list[ShareNode]:
+    """The snapshot as fair-share nodes (weight → shares), for :func:`fair_tree`."""
+    return [
+        ShareNode(uid, unit.parent_id, unit.weight, own_usage.get(uid, 0.0))
+        for uid, unit in sorted(snapshot.units.items())
+    ]
+
+
+def classic_factor(snapshot: OrgSnapshot, own_usage: Mapping[int, float]) -> dict[int, float]:
+    """Slurm's classic fair-share factor 2^(−U/S), U = subtree usage / all usage, S = tree share."""
+    shares = normalized_shares(snapshot)
+    totals = subtree_usage(snapshot, own_usage)
+    grand = sum(totals[root] for root in snapshot.roots())
+    result = {}
+    for uid, share in shares.items():
+        used = totals[uid] / grand if grand > 0 else 0.0
+        result[uid] = 2.0 ** (-used / share) if share > 0 else 0.0
+    return result
+
+
+def kueue_weighted_share(
+    *, usage: Mapping[str, int], quota: Mapping[str, int], lendable: Mapping[str, int], weight: float
+) -> int:
+    """Kueue's ``weightedShare`` of one node, in per-mille.
+
+    ``usage`` and ``quota`` are keyed by ``"<flavor>|<resource>"``; ``lendable`` by resource name.
+    borrowed(resource) = Σ over flavors of max(0, usage − quota); ratio = borrowed × 1000 / lendable;
+    the share is the largest ratio over resources divided by the weight, rounded up. 0 when not
+    borrowing; MaxInt64 when the weight is 0 and the node borrows.
+    """
+    borrowed: dict[str, int] = {}
+    for key, used in usage.items():
+        resource = _resource_of(key)
+        borrowed[resource] = borrowed.get(resource, 0) + max(0, used - quota.get(key, 0))
+    ratio = 0.0
+    for resource, amount in borrowed.items():
+        pool = lendable.get(resource, 0)
+        if amount > 0 and pool > 0:
+            ratio = max(ratio, amount * 1000 / pool)
+    if ratio == 0:
+        return 0
+    if weight == 0:
+        return MAX_INT64
+    return math.ceil(ratio / weight)
+
+
+def _resource_of(key: str) -> str:
+    flavor, _, resource = key.partition("|")
+    return resource or flavor
+
+
+def dominant_share(allocation: Mapping[str, float], capacity: Mapping[str, float]) -> tuple[float, str]:
+    """DRF: the largest share of any resource, and which resource it is (ties: first by name)."""
+    best = (0.0, "")
+    for resource in sorted(allocation):
+        if capacity.get(resource, 0) > 0:
+            share = allocation[resource] / capacity[resource]
+            if share > best[0]:
+                best = (share, resource)
+    return best
+
+
+def drf_progressive_filling(
+    demands: Mapping[str, Mapping[str, float]], capacity: Mapping[str, float]
+) -> dict[str, int]:
+    """Grant one task at a time to the tenant with the lowest dominant share whose next task fits.
+
+    ``demands`` is each tenant's per-task demand vector. Returns tasks granted per tenant.
+    """
+    tasks = dict.fromkeys(demands, 0)
+    used = dict.fromkeys(capacity, 0.0)
+    active = set(demands)
+    while active:
+
+        def share(tenant: str) -> float:
+            alloc = {r: tasks[tenant] * d for r, d in demands[tenant].items()}
+            return dominant_share(alloc, capacity)[0]
+
+        tenant = min(sorted(active), key=share)
+        need = demands[tenant]
+        if all(used[r] + need.get(r, 0) <= capacity[r] + 1e-9 for r in capacity):
+            tasks[tenant] += 1
+            for r in capacity:
+                used[r] += need.get(r, 0)
+        else:
+            active.discard(tenant)
+    return tasks
