@@ -1,0 +1,311 @@
+"""Allot's organisation tree, quotas, contracts and audit trail.
+
+Rows hold state only: every change goes through a function in ``quotas.services`` (validated by
+the policy core, audited in the same transaction). Invariants a single row can carry are also
+database ``CheckConstraint``s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+
+from quotas.policy import Resource, UnitKind
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    "Use lowercase letters, digits and dashes (1–63 characters, starting and ending with a letter "
+    "or digit), e.g. 'vision-research'. Kubernetes and Slurm both need this form.",
+)
+PROTECT = models.PROTECT
+
+
+class ClusterKind(models.TextChoices):
+    KUBERNETES = "kubernetes", "Kubernetes (Kueue)"
+    SLURM = "slurm", "Slurm"
+
+
+class DriftPolicy(models.TextChoices):
+    REPORT = "report", "Report drift"
+    CORRECT = "correct", "Correct drift"
+
+
+class Cluster(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    kind = models.CharField(max_length=16, choices=ClusterKind.choices)
+    display_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    connection_ref = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Where the credentials live, never the credentials: e.g. 'kubeconfig:/etc/allot/west.yaml', "
+        "'in-cluster', or 'env:ALLOT_SLURM_LAB'.",
+    )
+    enabled = models.BooleanField(default=True)
+    drift_policy = models.CharField(max_length=16, choices=DriftPolicy.choices, default=DriftPolicy.REPORT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ResourceFlavor(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=PROTECT, related_name="flavors")
+    name = models.CharField(max_length=63, validators=[slug_validator])
+    accelerator_model = models.CharField(max_length=100, help_text="e.g. 'NVIDIA A100-SXM4-80GB'")
+    device_memory_gb = models.PositiveIntegerField()
+    interconnect = models.CharField(max_length=100, blank=True, help_text="e.g. 'NVLink 600 GB/s'")
+    physical_devices = models.PositiveIntegerField()
+    headroom_devices = models.PositiveIntegerField(
+        default=0, help_text="Safety headroom: devices never promised as guarantees (failures, recovery)."
+    )
+    cpu_capacity = models.BigIntegerField(null=True, blank=True, help_text="Millicores in the pool; empty = unchecked")
+    memory_capacity = models.BigIntegerField(null=True, blank=True, help_text="Bytes in the pool; empty = unchecked")
+    node_labels = models.JSONField(default=dict, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+    billing_weight = models.DecimalField(max_digits=8, decimal_places=3, default=1)
+    price_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="flavor_unique_per_cluster"),
+            models.CheckConstraint(condition=Q(billing_weight__gte=0), name="flavor_billing_weight_nonneg"),
+            models.CheckConstraint(condition=Q(price_per_device_hour__gte=0), name="flavor_price_nonneg"),
+        ]
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class WorkloadTier(models.Model):
+    name = models.CharField(max_length=8, unique=True, validators=[RegexValidator(r"^P[0-9]$", "Tiers are P0–P9.")])
+    display_name = models.CharField(max_length=100)
+    priority = models.IntegerField(unique=True, help_text="Kubernetes priority value: larger wins.")
+    preemptible = models.BooleanField(default=False)
+    opportunistic = models.BooleanField(
+        default=False, help_text="Runs on borrowed capacity, yields first, must declare a checkpoint cadence."
+    )
+    max_runtime = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds; empty = no limit.")
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.display_name}"
+
+
+class PreemptionPolicy(models.TextChoices):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class WithinQueuePolicy(models.TextChoices):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
+
+
+class ReclamationContract(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    reclaim_within = models.PositiveIntegerField(help_text="Seconds: the owner's response-time objective.")
+    grace_period = models.PositiveIntegerField(help_text="Seconds from SIGTERM to kill.")
+    min_run_window = models.PositiveIntegerField(default=0, help_text="Seconds of run time before preemption.")
+    checkpoint_every = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Seconds: cadence opportunistic work must declare."
+    )
+    measured_exit = models.PositiveIntegerField(default=0, help_text="Seconds: measured checkpoint-and-exit time.")
+    reclaim_within_cohort = models.CharField(
+        max_length=32, choices=PreemptionPolicy.choices, default=PreemptionPolicy.LOWER_PRIORITY
+    )
+    within_cluster_queue = models.CharField(
+        max_length=32, choices=WithinQueuePolicy.choices, default=WithinQueuePolicy.LOWER_PRIORITY
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class OrgUnit(models.Model):
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=PROTECT, related_name="children")
+    kind = models.CharField(max_length=16, choices=[(k.value, k.value.title()) for k in UnitKind])
+    slug = models.CharField(max_length=63, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    path = models.CharField(max_length=1000, editable=False, help_text="Slugs from the root, '/'-separated.")
+    depth = models.PositiveSmallIntegerField(default=0, editable=False)
+    weight = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        default=1,
+        validators=[MinValueValidator(0)],
+        help_text="Fair-share weight among siblings.",
+    )
+    leads = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="led_units")
+    contract = models.ForeignKey(
+        ReclamationContract,
+        null=True,
+        blank=True,
+        on_delete=PROTECT,
+        related_name="units",
+        help_text="Empty inherits the parent's contract.",
+    )
+    allowed_tiers = models.ManyToManyField(
+        WorkloadTier, blank=True, related_name="units", help_text="Empty inherits the parent's tiers."
+    )
+    slurm_account = models.CharField(max_length=63, blank=True, validators=[slug_validator])
+    archived_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["path"], condition=Q(archived_at__isnull=True), name="unit_active_path_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["slurm_account"],
+                condition=~Q(slurm_account="") & Q(archived_at__isnull=True),
+                name="unit_slurm_account_unique",
+            ),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="unit_weight_positive"),
+        ]
+        indexes = [models.Index(fields=["parent"]), models.Index(fields=["path"])]
+
+    def __str__(self) -> str:
+        return self.path
+
+    @property
+    def active(self) -> bool:
+        return self.archived_at is None
+
+
+class Quota(models.Model):
+    unit = models.ForeignKey(OrgUnit, on_delete=PROTECT, related_name="quotas")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=PROTECT, related_name="quotas")
+    resource = models.CharField(max_length=32, choices=[(r.value, r.value) for r in Resource])
+    guarantee = models.BigIntegerField(default=0)
+    burst = models.BigIntegerField(default=0)
+    lendable = models.BigIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["unit__path", "flavor__cluster__name", "flavor__name", "resource"]
+        constraints = [
+            models.UniqueConstraint(fields=["unit", "flavor", "resource"], name="quota_unique"),
+            models.CheckConstraint(condition=Q(guarantee__gte=0), name="quota_guarantee_nonneg"),
+            models.CheckConstraint(condition=Q(burst__gte=0), name="quota_burst_nonneg"),
+            models.CheckConstraint(
+                condition=Q(lendable__gte=0) & Q(lendable__lte=F("guarantee")), name="quota_lendable_within_guarantee"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.unit_id}:{self.flavor_id}:{self.resource}"
+
+    @property
+    def etag(self) -> str:
+        return f'"q{self.pk}-v{self.version}"'
+
+
+class CapacityReservation(models.Model):
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=PROTECT, related_name="reservations")
+    name = models.CharField(max_length=63, validators=[slug_validator])
+    devices = models.PositiveIntegerField()
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["flavor__cluster__name", "flavor__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["flavor", "name"], name="reservation_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id}:{self.name}"
+
+
+class NamespaceBinding(models.Model):
+    unit = models.ForeignKey(OrgUnit, on_delete=PROTECT, related_name="namespaces")
+    cluster = models.ForeignKey(Cluster, on_delete=PROTECT, related_name="namespaces")
+    namespace = models.CharField(max_length=63, validators=[slug_validator])
+
+    class Meta:
+        ordering = ["cluster__name", "namespace"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "namespace"], name="namespace_one_unit")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.namespace}"
+
+
+class Membership(models.Model):
+    unit = models.ForeignKey(OrgUnit, on_delete=PROTECT, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=PROTECT, related_name="memberships"
+    )
+    slurm_username = models.CharField(max_length=63, blank=True, validators=[slug_validator])
+
+    class Meta:
+        ordering = ["unit__path", "slurm_username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unit", "slurm_username"], condition=~Q(slurm_username=""), name="membership_slurm_unique"
+            ),
+        ]
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("the audit trail is append-only: AuditEvent rows cannot be updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("the audit trail is append-only: AuditEvent rows cannot be deleted")
+
+
+class AuditEvent(models.Model):
+    """One state change: who, what, before → after, why. Append-only (also enforced by a
+    PostgreSQL trigger)."""
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=PROTECT, related_name="+")
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=300)
+    unit_path = models.CharField(max_length=1000, blank=True, db_index=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField()
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.object_repr}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise TypeError("the audit trail is append-only: AuditEvent rows cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("the audit trail is append-only: AuditEvent rows cannot be deleted")

@@ -1,0 +1,152 @@
+"""Reads. Views, the API, tasks and services read through these; they return querysets or frozen
+snapshots for the policy core, built with a handful of ``values()`` queries (no per-row ORM objects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import MappingProxyType
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from quotas.models import (
+    AuditEvent,
+    CapacityReservation,
+    OrgUnit,
+    Quota,
+    ReclamationContract,
+    ResourceFlavor,
+    WorkloadTier,
+)
+from quotas.policy import snapshot as snap
+from quotas.policy.quantity import Resource
+
+
+def active_units() -> QuerySet[OrgUnit]:
+    return OrgUnit.objects.filter(archived_at__isnull=True)
+
+
+def flavor_keys() -> dict[int, str]:
+    """Flavor id → ``"<cluster>/<flavor>"``."""
+    return {
+        row["id"]: f"{row['cluster__name']}/{row['name']}"
+        for row in ResourceFlavor.objects.values("id", "name", "cluster__name")
+    }
+
+
+def org_snapshot(*, include_quotas: bool = True) -> snap.OrgSnapshot:
+    """The whole active tree as a frozen snapshot (6 queries, whatever its size)."""
+    quotas = Quota.objects.filter(unit__archived_at__isnull=True) if include_quotas else Quota.objects.none()
+    return _snapshot(active_units(), quotas, complete=True)
+
+
+def roots_snapshot() -> snap.OrgSnapshot:
+    """The top-level units with their quotas: what capacity checks read."""
+    roots = list(active_units().filter(parent__isnull=True).values_list("id", flat=True))
+    return neighbourhood_snapshot(roots)
+
+
+def neighbourhood_snapshot(unit_ids: Iterable[int]) -> snap.OrgSnapshot:
+    """The units, their parents, siblings and children (and every root when a root is among them):
+    all that the invariants of an edit on ``unit_ids`` read. Call it after locking those units."""
+    ids = set(unit_ids)
+    rows = list(active_units().filter(id__in=ids).values("id", "parent_id"))
+    parents = {row["parent_id"] for row in rows if row["parent_id"] is not None}
+    scope = Q(id__in=ids) | Q(id__in=parents) | Q(parent_id__in=parents | ids)
+    if any(row["parent_id"] is None for row in rows):
+        scope |= Q(parent__isnull=True)
+    units = active_units().filter(scope)
+    return _snapshot(units, Quota.objects.filter(unit__in=units.values("id")), complete=False)
+
+
+def _snapshot(units: QuerySet[OrgUnit], quotas: QuerySet[Quota], *, complete: bool) -> snap.OrgSnapshot:
+    keys = flavor_keys()
+    contract_names = dict(ReclamationContract.objects.values_list("id", "name"))
+    unit_map = {
+        row["id"]: snap.Unit(
+            row["id"],
+            row["slug"],
+            snap.UnitKind(row["kind"]),
+            row["parent_id"],
+            row["path"],
+            float(row["weight"]),
+            contract_names.get(row["contract_id"]),
+        )
+        for row in units.values("id", "slug", "kind", "parent_id", "path", "weight", "contract_id")
+    }
+    quota_map = {
+        (row["unit_id"], keys[row["flavor_id"]], Resource(row["resource"])): snap.Quota(
+            row["guarantee"], row["burst"], row["lendable"]
+        )
+        for row in quotas.values("unit_id", "flavor_id", "resource", "guarantee", "burst", "lendable")
+    }
+    return snap.OrgSnapshot(
+        units=MappingProxyType(unit_map),
+        quotas=MappingProxyType(quota_map),
+        flavors=MappingProxyType(_flavors(keys)),
+        reservations=tuple(
+            snap.Reservation(keys[row["flavor_id"]], row["name"], row["devices"])
+            for row in CapacityReservation.objects.values("flavor_id", "name", "devices")
+        ),
+        contracts=MappingProxyType(_contracts()),
+        tiers=MappingProxyType(_tiers()),
+        scheduling_pass_s=settings.ALLOT_POLICY_SCHEDULING_PASS_SECONDS,
+        complete=complete,
+    )
+
+
+def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
+    result = {}
+    for row in ResourceFlavor.objects.values(
+        "id", "physical_devices", "headroom_devices", "cpu_capacity", "memory_capacity"
+    ):
+        capacity = {}
+        if row["cpu_capacity"] is not None:
+            capacity[Resource.CPU] = row["cpu_capacity"]
+        if row["memory_capacity"] is not None:
+            capacity[Resource.MEMORY] = row["memory_capacity"]
+        key = keys[row["id"]]
+        result[key] = snap.Flavor(key, row["physical_devices"], row["headroom_devices"], MappingProxyType(capacity))
+    return result
+
+
+def _contracts() -> dict[str, snap.Contract]:
+    return {
+        row["name"]: snap.Contract(
+            row["name"],
+            row["reclaim_within"],
+            row["grace_period"],
+            row["min_run_window"],
+            row["checkpoint_every"],
+            row["measured_exit"],
+        )
+        for row in ReclamationContract.objects.values(
+            "name", "reclaim_within", "grace_period", "min_run_window", "checkpoint_every", "measured_exit"
+        )
+    }
+
+
+def _tiers() -> dict[str, snap.Tier]:
+    return {
+        row["name"]: snap.Tier(
+            row["name"], row["priority"], row["preemptible"], row["max_runtime"], row["opportunistic"]
+        )
+        for row in WorkloadTier.objects.values("name", "priority", "preemptible", "max_runtime", "opportunistic")
+    }
+
+
+def audit_for(*, object_type: str | None = None, unit_path: str | None = None) -> QuerySet[AuditEvent]:
+    """Audit events, newest first; ``unit_path`` includes the unit's whole subtree."""
+    events = AuditEvent.objects.select_related("actor")
+    if object_type:
+        events = events.filter(object_type=object_type)
+    if unit_path:
+        events = events.filter(Q(unit_path=unit_path) | Q(unit_path__startswith=f"{unit_path}/"))
+    return events
+
+
+def policy_revision() -> int:
+    """A number that grows with every audited change: the id of the newest audit event."""
+    newest = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first()
+    return newest or 0

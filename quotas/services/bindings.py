@@ -1,0 +1,85 @@
+"""Bindings of units to clusters: Kubernetes namespaces and members' Slurm usernames."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from quotas.errors import InputError
+from quotas.models import Cluster, ClusterKind, Membership, NamespaceBinding, OrgUnit
+
+from .audit import Actor, audit_event, audit_write, require_reason
+from .locks import lock_units
+
+
+@transaction.atomic
+def namespace_bind(*, actor: Actor, reason: str, unit: OrgUnit, cluster: Cluster, namespace: str) -> NamespaceBinding:
+    """Bind a namespace of a Kubernetes cluster to ``unit``. A namespace belongs to one unit only."""
+    reason = require_reason(reason)
+    if cluster.kind != ClusterKind.KUBERNETES:
+        raise InputError(
+            "cluster", f"{cluster.name} is a {cluster.kind} cluster", "bind namespaces on a Kubernetes cluster"
+        )
+    lock_units([unit.pk])
+    holder = NamespaceBinding.objects.select_related("unit").filter(cluster=cluster, namespace=namespace).first()
+    if holder is not None:
+        if holder.unit_id == unit.pk:
+            return holder
+        raise InputError(
+            "namespace",
+            f"{cluster.name}/{namespace} is already bound to {holder.unit.path}",
+            "unbind it there first: a namespace belongs to exactly one unit",
+        )
+    binding = NamespaceBinding(unit=unit, cluster=cluster, namespace=namespace)
+    binding.full_clean(validate_constraints=False)
+    binding.save()
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="namespace_bind",
+                obj_type="namespacebinding",
+                obj_id=binding.pk,
+                obj_repr=f"{cluster.name}/{namespace}",
+                before=None,
+                after={"unit": unit.path, "cluster": cluster.name, "namespace": namespace},
+                reason=reason,
+                unit_path=unit.path,
+            )
+        ]
+    )
+    return binding
+
+
+@transaction.atomic
+def membership_add(
+    *, actor: Actor, reason: str, unit: OrgUnit, user: User | None = None, slurm_username: str = ""
+) -> Membership:
+    """Add a member (a portal user, a Slurm username, or both) to ``unit``; idempotent."""
+    reason = require_reason(reason)
+    if user is None and not slurm_username:
+        raise InputError("slurm_username", "a member needs a user or a Slurm username", "give at least one")
+    lock_units([unit.pk])
+    found = Membership.objects.filter(unit=unit, user=user, slurm_username=slurm_username).first()
+    if found:
+        return found
+    member = Membership(unit=unit, user=user, slurm_username=slurm_username)
+    member.full_clean(validate_constraints=False)
+    member.save()
+    who = slurm_username or (user.get_username() if user else "")
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="membership_add",
+                obj_type="membership",
+                obj_id=member.pk,
+                obj_repr=f"{unit.path} {who}",
+                before=None,
+                after={"user": user.get_username() if user else None, "slurm_username": slurm_username},
+                reason=reason,
+                unit_path=unit.path,
+            )
+        ]
+    )
+    return member
