@@ -1,0 +1,19 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from . import views
+
+router = DefaultRouter()
+router.register("clusters", views.ClusterViewSet)
+router.register("flavors", views.FlavorViewSet)
+router.register("reservations", views.ReservationViewSet)
+router.register("contracts", views.ContractViewSet)
+router.register("tiers", views.TierViewSet)
+router.register("units", views.UnitViewSet)
+router.register("quotas", views.QuotaViewSet)
+router.register("audit", views.AuditViewSet)
+
+urlpatterns = [
+    path("policy/", views.policy_report, name="policy-report"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,355 @@
+"""REST API v1: declarations plus one service call per write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.exceptions import APIException
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+
+from quotas import selectors, services
+from quotas.models import (
+    AuditEvent,
+    CapacityReservation,
+    Cluster,
+    OrgUnit,
+    Quota,
+    ReclamationContract,
+    ResourceFlavor,
+    WorkloadTier,
+)
+from quotas.policy.capacity import capacity_report
+from quotas.policy.invariants import validate_tree
+from quotas.policy.quantity import Resource
+
+from . import serializers as s
+
+
+class PreconditionRequired(APIException):
+    status_code = 428
+    default_detail = "Send If-Match with the quota's current ETag (from GET) so no one else's change is overwritten."
+    default_code = "precondition_required"
+
+
+def _input(
+    serializer_class: type[Serializer], request: Request, *, partial: bool = False, **context: Any
+) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data, partial=partial, context={"request": request, **context})
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _reason(data: dict[str, Any]) -> str:
+    return str(data.pop("reason", ""))
+
+
+class ReadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    pass
+
+
+# --- clusters, flavors, reservations, contracts, tiers ---------------------------------------------
+
+
+class CatalogueViewSet(ReadViewSet):
+    """Create and update through one ``<entity>_set`` service. The input serializer requires its
+    creation fields on POST and is partial on PATCH; ``key_fields`` identify the row to the service."""
+
+    in_serializer: type[Serializer]
+    key_fields: tuple[str, ...] = ("name",)
+
+    def set(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _input(self.in_serializer, request)
+        obj = self.set(actor=request.user, reason=_reason(data), **data)
+        return Response(self.get_serializer(obj).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()
+        data = _input(self.in_serializer, request, partial=True)
+        keys = {field: getattr(obj, field) for field in self.key_fields}
+        for field in keys:
+            data.pop(field, None)
+        obj = self.set(actor=request.user, reason=_reason(data), **keys, **data)
+        return Response(self.get_serializer(obj).data)
+
+
+@extend_schema_view(create=extend_schema(request=s.ClusterIn), partial_update=extend_schema(request=s.ClusterIn))
+class ClusterViewSet(CatalogueViewSet):
+    queryset = Cluster.objects.all()
+    serializer_class = s.ClusterOut
+    in_serializer = s.ClusterIn
+    lookup_field = "name"
+    filterset_fields = ["kind", "enabled"]
+
+    def set(self, **kwargs: Any) -> Cluster:
+        return services.cluster_set(**kwargs)
+
+
+@extend_schema_view(create=extend_schema(request=s.FlavorIn), partial_update=extend_schema(request=s.FlavorIn))
+class FlavorViewSet(CatalogueViewSet):
+    queryset = ResourceFlavor.objects.select_related("cluster").prefetch_related("reservations")
+    serializer_class = s.FlavorOut
+    in_serializer = s.FlavorIn
+    key_fields = ("cluster", "name")
+    filterset_fields = ["cluster__name", "name"]
+
+    def set(self, **kwargs: Any) -> ResourceFlavor:
+        return services.flavor_set(**kwargs)
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.ReservationIn), partial_update=extend_schema(request=s.ReservationIn)
+)
+class ReservationViewSet(CatalogueViewSet):
+    queryset = CapacityReservation.objects.select_related("flavor__cluster")
+    serializer_class = s.ReservationOut
+    in_serializer = s.ReservationIn
+    key_fields = ("flavor", "name")
+    filterset_fields = ["flavor"]
+
+    def set(self, **kwargs: Any) -> CapacityReservation:
+        return services.reservation_set(**kwargs)
+
+    @extend_schema(parameters=[OpenApiParameter("reason", str, required=True)])
+    def destroy(self, request: Request, pk: str) -> Response:
+        reservation = self.get_object()
+        reason = request.query_params.get("reason") or request.headers.get("X-Allot-Reason", "")
+        services.reservation_delete(actor=request.user, reason=reason, reservation=reservation)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(create=extend_schema(request=s.ContractIn), partial_update=extend_schema(request=s.ContractIn))
+class ContractViewSet(CatalogueViewSet):
+    queryset = ReclamationContract.objects.all()
+    serializer_class = s.ContractOut
+    in_serializer = s.ContractIn
+    lookup_field = "name"
+
+    def set(self, **kwargs: Any) -> ReclamationContract:
+        return services.contract_set(**kwargs)
+
+
+@extend_schema_view(create=extend_schema(request=s.TierIn), partial_update=extend_schema(request=s.TierIn))
+class TierViewSet(CatalogueViewSet):
+    queryset = WorkloadTier.objects.all()
+    serializer_class = s.TierOut
+    in_serializer = s.TierIn
+    lookup_field = "name"
+
+    def set(self, **kwargs: Any) -> WorkloadTier:
+        return services.tier_set(**kwargs)
+
+
+# --- units -------------------------------------------------------------------------------------------
+
+
+class UnitFilter(django_filters.FilterSet):
+    within = django_filters.CharFilter(method="filter_within", help_text="A unit path: that unit and its subtree.")
+    archived = django_filters.BooleanFilter(field_name="archived_at", lookup_expr="isnull", exclude=True)
+
+    class Meta:
+        model = OrgUnit
+        fields = ["kind", "parent", "slug", "path"]
+
+    def filter_within(self, queryset: QuerySet[OrgUnit], name: str, value: str) -> QuerySet[OrgUnit]:
+        return queryset.filter(Q(path=value) | Q(path__startswith=f"{value}/"))
+
+
+class UnitViewSet(ReadViewSet):
+    queryset = OrgUnit.objects.select_related("contract").prefetch_related(
+        "leads", "allowed_tiers", "namespaces__cluster"
+    )
+    serializer_class = s.UnitOut
+    filterset_class = UnitFilter
+
+    @extend_schema(request=s.UnitCreateIn, responses={201: s.UnitOut})
+    def create(self, request: Request) -> Response:
+        data = _input(s.UnitCreateIn, request)
+        unit = services.org_unit_create(actor=request.user, reason=_reason(data), **data)
+        return Response(s.UnitOut(unit).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.UnitUpdateIn, responses=s.UnitOut)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        data = _input(s.UnitUpdateIn, request)
+        unit = services.org_unit_update(actor=request.user, reason=_reason(data), unit=self.get_object(), **data)
+        return Response(s.UnitOut(unit).data)
+
+    @extend_schema(request=s.UnitMoveIn, responses=s.UnitOut)
+    @action(detail=True, methods=["post"])
+    def move(self, request: Request, pk: str) -> Response:
+        data = _input(s.UnitMoveIn, request)
+        unit = services.org_unit_move(
+            actor=request.user, reason=_reason(data), unit=self.get_object(), new_parent=data["parent"]
+        )
+        return Response(s.UnitOut(unit).data)
+
+    @extend_schema(request=s.ReasonMixin, responses=s.UnitOut)
+    @action(detail=True, methods=["post"])
+    def archive(self, request: Request, pk: str) -> Response:
+        data = _input(s.ReasonMixin, request)
+        unit = self.get_object()
+        services.org_unit_archive(actor=request.user, reason=_reason(data), unit=unit)
+        unit.refresh_from_db()
+        return Response(s.UnitOut(unit).data)
+
+
+# --- quotas --------------------------------------------------------------------------------------------
+
+
+class QuotaFilter(django_filters.FilterSet):
+    within = django_filters.CharFilter(method="filter_within", help_text="A unit path: its quotas and its subtree's.")
+    cluster = django_filters.CharFilter(field_name="flavor__cluster__name")
+
+    class Meta:
+        model = Quota
+        fields = ["unit", "flavor", "resource"]
+
+    def filter_within(self, queryset: QuerySet[Quota], name: str, value: str) -> QuerySet[Quota]:
+        return queryset.filter(Q(unit__path=value) | Q(unit__path__startswith=f"{value}/"))
+
+
+def _parse_if_match(request: Request, quota: Quota) -> int:
+    header = request.headers.get("If-Match", "").strip()
+    if not header:
+        raise PreconditionRequired(f"Send If-Match: {quota.etag} (this quota's current ETag) with the change.")
+    if header == "*":
+        return quota.version
+    tag = header.removeprefix("W/").strip('"')
+    prefix = f"q{quota.pk}-v"
+    if not tag.startswith(prefix) or not tag[len(prefix) :].isdigit():
+        return -1  # an ETag of something else: never current
+    return int(tag[len(prefix) :])
+
+
+class QuotaViewSet(ReadViewSet):
+    """Quotas per unit × flavor × resource. Writes need ``reason``; updates need ``If-Match``."""
+
+    queryset = Quota.objects.select_related("unit", "flavor__cluster").filter(unit__archived_at__isnull=True)
+    serializer_class = s.QuotaOut
+    filterset_class = QuotaFilter
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        return Response(s.QuotaOut(quota).data, headers={"ETag": quota.etag})
+
+    @extend_schema(request=s.QuotaCreateIn, responses={201: s.QuotaOut})
+    def create(self, request: Request) -> Response:
+        """Set a quota that does not exist yet (``version`` 0 is implied); to change one, PATCH it."""
+        data = _input(s.QuotaCreateIn, request)
+        quota = services.quota_set(
+            actor=request.user,
+            reason=_reason(data),
+            unit_id=data["unit"].pk,
+            flavor_id=data["flavor"].pk,
+            resource=data["resource"],
+            guarantee=data.get("guarantee"),
+            burst=data.get("burst"),
+            lendable=data.get("lendable"),
+            expected_version=data.get("version", 0),
+        )
+        quota = self.get_queryset().get(pk=quota.pk)
+        return Response(s.QuotaOut(quota).data, status=status.HTTP_201_CREATED, headers={"ETag": quota.etag})
+
+    @extend_schema(
+        request=s.QuotaUpdateIn,
+        responses=s.QuotaOut,
+        parameters=[OpenApiParameter("If-Match", str, OpenApiParameter.HEADER, required=True)],
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        quota = self.get_object()
+        expected = _parse_if_match(request, quota)
+        data = _input(s.QuotaUpdateIn, request, resource=quota.resource)
+        quota = services.quota_set(
+            actor=request.user,
+            reason=_reason(data),
+            unit_id=quota.unit_id,
+            flavor_id=quota.flavor_id,
+            resource=Resource(quota.resource),
+            expected_version=expected,
+            **data,
+        )
+        quota = self.get_queryset().get(pk=quota.pk)
+        return Response(s.QuotaOut(quota).data, headers={"ETag": quota.etag})
+
+    update = partial_update
+
+    @extend_schema(request=s.QuotaBulkIn, responses=s.QuotaOut(many=True))
+    @action(detail=False, methods=["post"])
+    def bulk(self, request: Request) -> Response:
+        """Set many quotas at once: all are applied or none."""
+        data = _input(s.QuotaBulkIn, request)
+        changes = [
+            services.QuotaChange(
+                c["unit"].pk,
+                c["flavor"].pk,
+                c["resource"],
+                c.get("guarantee"),
+                c.get("burst"),
+                c.get("lendable"),
+                c.get("version"),
+            )
+            for c in data["changes"]
+        ]
+        rows = services.quota_set_bulk(actor=request.user, reason=data["reason"], changes=changes)
+        quotas = self.get_queryset().filter(pk__in=[r.pk for r in rows])
+        return Response(s.QuotaOut(quotas, many=True).data)
+
+
+# --- audit and reports -----------------------------------------------------------------------------------
+
+
+class AuditFilter(django_filters.FilterSet):
+    within = django_filters.CharFilter(method="filter_within", help_text="A unit path: events of it and its subtree.")
+    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "object_type", "object_id", "actor_name"]
+
+    def filter_within(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> QuerySet[AuditEvent]:
+        return queryset.filter(Q(unit_path=value) | Q(unit_path__startswith=f"{value}/"))
+
+
+class AuditViewSet(ReadViewSet):
+    """The audit trail (read-only: it is append-only)."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = s.AuditOut
+    filterset_class = AuditFilter
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def policy_report(request: Request) -> Response:
+    """Check every invariant on the whole tree now, and report capacity per flavor."""
+    snapshot = selectors.org_snapshot()
+    return Response(
+        {
+            "revision": selectors.policy_revision(),
+            "units": len(snapshot.units),
+            "quotas": len(snapshot.quotas),
+            "violations": [v.as_dict() for v in validate_tree(snapshot)],
+            "capacity": [
+                {
+                    "flavor": line.flavor,
+                    "physical": line.physical,
+                    "reserved": line.reserved,
+                    "headroom": line.headroom,
+                    "reclaimable": line.reclaimable,
+                    "promised": line.promised,
+                    "left_to_promise": line.left_to_promise,
+                }
+                for line in capacity_report(snapshot)
+            ],
+        }
+    )

@@ -1,0 +1,233 @@
+"""REST API v1: writes through the services, structured 400s, ETag/If-Match, auth, filters."""
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from quotas.models import AuditEvent, Quota
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(org):
+    client = APIClient()
+    client.force_authenticate(org.admin)
+    return client
+
+
+def gpu_quota(org, unit):
+    return Quota.objects.get(unit=unit, flavor=org.flavor, resource="nvidia.com/gpu")
+
+
+def test_reads_need_a_login_and_writes_need_an_admin(org):
+    client = APIClient()
+    assert client.get("/api/v1/units/").status_code == 403
+    viewer = User.objects.create_user("viewer")
+    client.force_authenticate(viewer)
+    assert client.get("/api/v1/units/").status_code == 200
+    response = client.post(
+        "/api/v1/units/", {"parent": org.acme.pk, "kind": "department", "slug": "x", "reason": "r"}, format="json"
+    )
+    assert response.status_code == 403
+    assert "platform admin" in response.json()["detail"]
+
+
+def test_token_authentication(org):
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=org.admin)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert client.get("/api/v1/quotas/").status_code == 200
+
+
+def test_quota_patch_needs_if_match_and_refuses_stale_versions(api, org):
+    quota = gpu_quota(org, org.vision)
+    url = f"/api/v1/quotas/{quota.pk}/"
+    got = api.get(url)
+    etag = got["ETag"]
+    assert etag == f'"q{quota.pk}-v{quota.version}"'
+    missing = api.patch(url, {"guarantee": 21, "reason": "r"}, format="json")
+    assert missing.status_code == 428 and etag in missing.json()["detail"]
+    ok = api.patch(url, {"guarantee": "21", "reason": "more for vision"}, format="json", HTTP_IF_MATCH=etag)
+    assert ok.status_code == 200, ok.json()
+    assert ok.json()["guarantee"] == 21 and ok["ETag"] != etag
+    stale = api.patch(url, {"guarantee": 22, "reason": "r"}, format="json", HTTP_IF_MATCH=etag)
+    assert stale.status_code == 412
+    assert stale.json()["current"]["guarantee"] == 21
+    assert gpu_quota(org, org.vision).guarantee == 21
+    assert AuditEvent.objects.filter(reason="more for vision").count() == 1
+
+
+def test_quota_violation_is_a_400_with_the_structured_list(api, org):
+    quota = gpu_quota(org, org.vision)
+    response = api.patch(
+        f"/api/v1/quotas/{quota.pk}/", {"guarantee": 35, "reason": "r"}, format="json", HTTP_IF_MATCH=quota.etag
+    )
+    assert response.status_code == 400
+    [v] = response.json()["violations"]
+    assert v["code"] == "children_exceed_guarantee"
+    assert (v["unit"], v["flavor"], v["resource"], v["limit"], v["actual"]) == (
+        "acme/research",
+        "west/a100",
+        "nvidia.com/gpu",
+        60,
+        65,
+    )
+    assert v["hint"]
+    assert gpu_quota(org, org.vision).guarantee == 20
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (-1, "negative"),
+        ("lots", "not a quantity"),
+        ("0.5", "whole number of devices"),
+        (None, "not a quantity"),
+    ],
+)
+def test_bad_quantities_name_the_field_and_the_fix(api, org, value, fragment):
+    quota = gpu_quota(org, org.vision)
+    response = api.patch(
+        f"/api/v1/quotas/{quota.pk}/", {"guarantee": value, "reason": "r"}, format="json", HTTP_IF_MATCH=quota.etag
+    )
+    assert response.status_code == 400
+    [message] = response.json()["guarantee"]
+    assert fragment in message and ":" in message  # the problem, then what to write
+
+
+def test_create_quota_with_kubernetes_syntax_and_unknown_resource(api, org):
+    body = {
+        "unit": org.acme.pk,
+        "flavor": org.flavor.pk,
+        "resource": "memory",
+        "guarantee": "2Ti",
+        "reason": "memory for the org",
+    }
+    created = api.post("/api/v1/quotas/", body, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["guarantee"] == 2 * 2**40 and created.json()["display"]["guarantee"] == "2Ti"
+    again = api.post("/api/v1/quotas/", body, format="json")
+    assert again.status_code == 412  # exists already: PATCH it with If-Match
+    unknown = api.post("/api/v1/quotas/", {**body, "resource": "tpu"}, format="json")
+    assert unknown.status_code == 400 and "nvidia.com/gpu" in unknown.json()["resource"][0]
+    flavor = api.post("/api/v1/quotas/", {**body, "flavor": 999}, format="json")
+    assert flavor.status_code == 400 and "flavor" in flavor.json()
+
+
+def test_bulk_is_all_or_nothing(api, org):
+    changes = [
+        {"unit": org.nlp.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": 25},
+        {"unit": org.ops.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": 50},
+    ]
+    refused = api.post("/api/v1/quotas/bulk/", {"reason": "r", "changes": changes}, format="json")
+    assert refused.status_code == 400
+    [v] = refused.json()["violations"]  # research 60 + ops 50 > acme's 100
+    assert (v["code"], v["unit"], v["limit"], v["actual"]) == ("children_exceed_guarantee", "acme", 100, 110)
+    assert gpu_quota(org, org.nlp).guarantee == 30
+    changes[1]["guarantee"] = 30
+    done = api.post("/api/v1/quotas/bulk/", {"reason": "r", "changes": changes}, format="json")
+    assert done.status_code == 200 and {q["guarantee"] for q in done.json()} == {25, 30}
+
+
+def test_reason_is_required_on_writes(api, org):
+    response = api.post("/api/v1/units/", {"parent": org.acme.pk, "kind": "department", "slug": "new"}, format="json")
+    assert response.status_code == 400 and "reason" in response.json()
+
+
+def test_unit_move_into_its_own_subtree_is_refused(api, org):
+    response = api.post(f"/api/v1/units/{org.research.pk}/move/", {"parent": org.llm.pk, "reason": "r"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["violations"][0]["code"] == "cycle"
+
+
+def test_unit_create_update_archive(api, org):
+    created = api.post(
+        "/api/v1/units/",
+        {"parent": org.ops.pk, "kind": "team", "slug": "sre", "weight": "2", "reason": "new team"},
+        format="json",
+    )
+    assert created.status_code == 201 and created.json()["path"] == "acme/ops/sre"
+    unit_id = created.json()["id"]
+    bad = api.post(
+        "/api/v1/units/", {"parent": org.ops.pk, "kind": "team", "slug": "Not OK", "reason": "r"}, format="json"
+    )
+    assert bad.status_code == 400 and "slug" in bad.json()
+    patched = api.patch(
+        f"/api/v1/units/{unit_id}/", {"weight": "3", "contract": "standard", "reason": "r"}, format="json"
+    )
+    assert patched.status_code == 200 and patched.json()["weight"] == "3.0000"
+    archived = api.post(f"/api/v1/units/{unit_id}/archive/", {"reason": "done"}, format="json")
+    assert archived.json()["archived"] is True
+
+
+def test_contract_durations_and_infeasible_contract(api, org):
+    created = api.post(
+        "/api/v1/contracts/",
+        {"name": "fast", "reclaim_within": "10m", "grace_period": "PT1M", "min_run_window": 60, "reason": "r"},
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    assert created.json()["reclaim_within"] == 600 and created.json()["display"]["grace_period"] == "1m"
+    infeasible = api.patch("/api/v1/contracts/fast/", {"reclaim_within": "1m", "reason": "r"}, format="json")
+    assert infeasible.status_code == 400
+    assert infeasible.json()["violations"][0]["code"] == "contract_infeasible"
+    bad = api.patch("/api/v1/contracts/fast/", {"grace_period": "soon", "reason": "r"}, format="json")
+    assert bad.status_code == 400 and "15m" in bad.json()["grace_period"][0]
+
+
+def test_reservation_above_capacity_is_refused(api, org):
+    response = api.post(
+        "/api/v1/reservations/", {"flavor": org.flavor.pk, "name": "vip", "devices": 5, "reason": "r"}, format="json"
+    )
+    assert response.status_code == 400 and response.json()["violations"][0]["limit"] == 95
+
+
+def test_filters_and_pagination(api, org):
+    within = api.get("/api/v1/quotas/", {"within": "acme/research/nlp"}).json()
+    assert within["count"] == 2 and {q["unit_path"] for q in within["results"]} == {
+        "acme/research/nlp",
+        "acme/research/nlp/llm",
+    }
+    page = api.get("/api/v1/units/", {"page_size": 2}).json()
+    assert page["count"] == 6 and len(page["results"]) == 2 and page["next"]
+    teams = api.get("/api/v1/units/", {"kind": "team"}).json()
+    assert {u["slug"] for u in teams["results"]} == {"nlp", "vision"}
+    audit = api.get("/api/v1/audit/", {"within": "acme/research", "action": "quota_set"}).json()
+    assert audit["count"] == 4
+
+
+def test_audit_is_read_only(api, org):
+    event = AuditEvent.objects.latest("id")
+    assert api.post("/api/v1/audit/", {}, format="json").status_code == 405
+    assert api.delete(f"/api/v1/audit/{event.pk}/").status_code == 405
+
+
+def test_policy_report(api, org):
+    report = api.get("/api/v1/policy/").json()
+    assert report["violations"] == [] and report["units"] == 6
+    [line] = report["capacity"]
+    assert (line["reclaimable"], line["promised"], line["left_to_promise"]) == (100, 100, 0)
+
+
+def test_schema_and_docs(api):
+    assert api.get("/api/schema/").status_code == 200
+    assert api.get("/api/docs/").status_code == 200
+
+
+def test_catalogue_create_requires_its_fields_and_patch_is_partial(api, org):
+    missing = api.post("/api/v1/clusters/", {"name": "east", "reason": "r"}, format="json")
+    assert missing.status_code == 400 and "kind" in missing.json()
+    created = api.post("/api/v1/clusters/", {"name": "east", "kind": "slurm", "reason": "new site"}, format="json")
+    assert created.status_code == 201
+    patched = api.patch("/api/v1/clusters/east/", {"display_name": "East", "reason": "label"}, format="json")
+    assert patched.status_code == 200 and patched.json()["kind"] == "slurm"
+    no_reason = api.patch("/api/v1/clusters/east/", {"display_name": "E"}, format="json")
+    assert no_reason.status_code == 400 and "reason" in no_reason.json()
+    flavor = api.patch(
+        f"/api/v1/flavors/{org.flavor.pk}/", {"headroom_devices": 5, "reason": "less headroom"}, format="json"
+    )
+    assert flavor.status_code == 200 and flavor.json()["headroom_devices"] == 5
+    assert AuditEvent.objects.filter(action="flavor_set", reason="less headroom").count() == 1
