@@ -146,7 +146,6 @@ CELERY_TIMEZONE = "UTC"
 
 # --- policy (ALLOT_POLICY_*) ----------------------------------------------------------------
 ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int("ALLOT_POLICY_SCHEDULING_PASS_SECONDS", 10)
-ALLOT_POLICY_USAGE_HALF_LIFE_DAYS = env_int("ALLOT_POLICY_USAGE_HALF_LIFE_DAYS", 7)
 
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
 EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

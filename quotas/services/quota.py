@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils import timezone
 
 from quotas.errors import InputError, StaleVersionError
 from quotas.models import OrgUnit, Quota
@@ -156,6 +157,7 @@ def _write(
     edits: dict[snap.QuotaKey, snap.Quota],
 ) -> list[Quota]:
     to_update, to_create, events, result = [], [], [], []
+    now = timezone.now()
     for change, row in plan:
         flavor_key = keys[change.flavor_id]
         new = edits[(change.unit_id, flavor_key, change.resource)]
@@ -177,6 +179,7 @@ def _write(
         else:
             row.guarantee, row.burst, row.lendable = new.guarantee, new.burst, new.lendable
             row.version += 1
+            row.updated_at = now  # bulk_update does not run auto_now
             to_update.append(row)
         result.append(row)
         path = snapshot.path(change.unit_id)

@@ -231,3 +231,15 @@ def test_catalogue_create_requires_its_fields_and_patch_is_partial(api, org):
     )
     assert flavor.status_code == 200 and flavor.json()["headroom_devices"] == 5
     assert AuditEvent.objects.filter(action="flavor_set", reason="less headroom").count() == 1
+
+
+@pytest.mark.parametrize("url", ["/api/v1/units/", "/api/v1/quotas/", "/api/v1/flavors/", "/api/v1/audit/"])
+def test_list_endpoints_do_not_query_per_row(url, django_assert_max_num_queries):
+    from django.core.management import call_command
+
+    call_command("allot_demo")  # 19 units, 5 flavors, 247 quotas, hundreds of audit rows
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="admin"))
+    with django_assert_max_num_queries(8):
+        response = client.get(url, {"page_size": 200})
+    assert response.status_code == 200 and len(response.json()["results"]) >= 5

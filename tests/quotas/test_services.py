@@ -34,6 +34,7 @@ def test_quota_set_writes_the_row_and_its_audit_row(org):
     before = quota(org.vision, org)
     row = set_gpu(org, org.vision, guarantee=25, expected_version=before.version)
     assert (row.guarantee, row.burst, row.version) == (25, 10, before.version + 1)
+    assert quota(org.vision, org).updated_at > before.updated_at
     event = AuditEvent.objects.filter(action="quota_set").latest("id")
     assert event.before is not None and event.after is not None
     assert event.before["guarantee"] == 20 and event.after["guarantee"] == 25
