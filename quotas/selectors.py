@@ -13,6 +13,8 @@ from django.db.models import Q, QuerySet
 from quotas.models import (
     AuditEvent,
     CapacityReservation,
+    Cluster,
+    NamespaceBinding,
     OrgUnit,
     Quota,
     ReclamationContract,
@@ -20,6 +22,7 @@ from quotas.models import (
     WorkloadTier,
 )
 from quotas.policy import snapshot as snap
+from quotas.policy.kueue import KueueFlavor, KueueTarget
 from quotas.policy.quantity import Resource
 
 
@@ -120,9 +123,18 @@ def _contracts() -> dict[str, snap.Contract]:
             row["min_run_window"],
             row["checkpoint_every"],
             row["measured_exit"],
+            row["reclaim_within_cohort"],
+            row["within_cluster_queue"],
         )
         for row in ReclamationContract.objects.values(
-            "name", "reclaim_within", "grace_period", "min_run_window", "checkpoint_every", "measured_exit"
+            "name",
+            "reclaim_within",
+            "grace_period",
+            "min_run_window",
+            "checkpoint_every",
+            "measured_exit",
+            "reclaim_within_cohort",
+            "within_cluster_queue",
         )
     }
 
@@ -130,23 +142,47 @@ def _contracts() -> dict[str, snap.Contract]:
 def _tiers() -> dict[str, snap.Tier]:
     return {
         row["name"]: snap.Tier(
-            row["name"], row["priority"], row["preemptible"], row["max_runtime"], row["opportunistic"]
+            row["name"],
+            row["priority"],
+            row["preemptible"],
+            row["max_runtime"],
+            row["opportunistic"],
+            row["display_name"],
         )
-        for row in WorkloadTier.objects.values("name", "priority", "preemptible", "max_runtime", "opportunistic")
+        for row in WorkloadTier.objects.values(
+            "name", "priority", "preemptible", "max_runtime", "opportunistic", "display_name"
+        )
     }
-
-
-def audit_for(*, object_type: str | None = None, unit_path: str | None = None) -> QuerySet[AuditEvent]:
-    """Audit events, newest first; ``unit_path`` includes the unit's whole subtree."""
-    events = AuditEvent.objects.select_related("actor")
-    if object_type:
-        events = events.filter(object_type=object_type)
-    if unit_path:
-        events = events.filter(Q(unit_path=unit_path) | Q(unit_path__startswith=f"{unit_path}/"))
-    return events
 
 
 def policy_revision() -> int:
     """A number that grows with every audited change: the id of the newest audit event."""
     newest = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first()
     return newest or 0
+
+
+def kueue_target(cluster: Cluster) -> KueueTarget:
+    """A Kubernetes cluster's flavors and the namespaces bound to active units on it."""
+    flavors = tuple(
+        KueueFlavor(
+            key=f"{cluster.name}/{row['name']}",
+            name=row["name"],
+            node_labels=row["node_labels"] or {},
+            tolerations=tuple(row["tolerations"] or ()),
+            billing_weight=float(row["billing_weight"]),
+        )
+        for row in ResourceFlavor.objects.filter(cluster=cluster).values(
+            "name", "node_labels", "tolerations", "billing_weight"
+        )
+    )
+    namespaces: dict[int, list[str]] = {}
+    for unit_id, namespace in NamespaceBinding.objects.filter(
+        cluster=cluster, unit__archived_at__isnull=True
+    ).values_list("unit_id", "namespace"):
+        namespaces.setdefault(unit_id, []).append(namespace)
+    return KueueTarget(
+        cluster=cluster.name,
+        flavors=flavors,
+        namespaces={unit: tuple(sorted(found)) for unit, found in namespaces.items()},
+        revision=policy_revision(),
+    )

@@ -121,3 +121,14 @@ def org(db, admin_user):
             "admin": actor,
         },
     )
+
+
+@pytest.fixture(scope="session")
+def crd_schemas(shared_reference: Path):
+    """The real Kueue CRDs of shared/reference/kueue-crds (the Workload CRD is not needed)."""
+    import yaml
+
+    from quotas.policy.kueue.schema import CrdSchemas
+
+    files = sorted((shared_reference / "kueue-crds").glob("kueue.x-k8s.io_*.yaml"))
+    return CrdSchemas(yaml.safe_load(f.read_text()) for f in files if "workloads" not in f.name)

@@ -128,6 +128,17 @@ def _read_text(resource: Resource, text: str) -> Decimal:
     return number * _SUFFIXES[match["suffix"] or ""]
 
 
+def parse_decimal_quantity(text: str) -> Decimal:
+    """Any Kubernetes quantity (``"1.5"``, ``"500m"``, ``"64Gi"``) as an exact Decimal; ValueError if not one."""
+    match = _QUANTITY_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    number = Decimal(match["num"])
+    if match["exp"]:
+        return number * (Decimal(10) ** int(match["exp"][1:]))
+    return number * _SUFFIXES[match["suffix"] or ""]
+
+
 def _example(resource: Resource) -> str:
     return {
         Resource.GPU: 'GPUs are whole devices: write e.g. "8"',

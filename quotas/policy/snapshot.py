@@ -90,6 +90,10 @@ class Contract:
     checkpoint_every_s: int | None = None
     measured_exit_s: int = 0
     """Measured checkpoint-and-exit time of the work running under this contract."""
+    reclaim_within_cohort: str = "LowerPriority"
+    """Kueue ``preemption.reclaimWithinCohort``: Never, LowerPriority or Any."""
+    within_cluster_queue: str = "LowerPriority"
+    """Kueue ``preemption.withinClusterQueue``: Never, LowerPriority or LowerOrNewerEqualPriority."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class Tier:
     max_runtime_s: int | None = None
     opportunistic: bool = False
     """Runs on borrowed capacity, yields first, must declare a checkpoint cadence."""
+    display_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,290 @@
+"""Snapshot + cluster → Kueue objects.
+
+Mapping (DESIGN.md, "Compiling to Kueue"):
+
+* flavor → ``ResourceFlavor`` (nodeLabels, nodeTaints, tolerations);
+* organisation, department, and a team or project whose descendants have caps of their own on this
+  cluster → ``Cohort`` (``parentName`` = the parent's cohort). A Cohort's ``nominalQuota`` *adds*
+  capacity, so it carries only the unit's residual guarantee (guarantee − Σ children's guarantees):
+  summed over the tree, capacity is exactly the organisation's guarantee. ``borrowingLimit`` = burst
+  and ``lendingLimit`` = lendable cap the subtree (not on the root, which has no parent);
+* any other team or project → ``ClusterQueue`` (``nominalQuota`` = guarantee, ``borrowingLimit`` =
+  burst, ``lendingLimit`` = lendable), collecting the namespaces of its uncapped descendants. A
+  Cohort unit with namespaces of its own also gets a ClusterQueue of the same name with nominal 0
+  that borrows from its Cohort's residual;
+* bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
+* tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins).
+
+Names are the unit path with dots (``acme.research.nlp``): slugs have no dots, so names never collide.
+Flavors are listed cheapest billing weight first: Kueue takes the first flavor that fits, so work
+fills older pools before the newest (seed 8.12.2, policy-infrastructure mismatch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..quantity import Resource, format_quantity
+from ..snapshot import ZERO, Contract, OrgSnapshot, UnitKind
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+MANAGED_BY = "allot"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_CLUSTER = "allot.dev/cluster"
+ANNOTATION_UNIT = "allot.dev/unit-path"
+ANNOTATION_REVISION = "allot.dev/policy-revision"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+APPLY_ORDER = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
+MAX_NAME = 253
+
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KueueFlavor:
+    key: str
+    """``"<cluster>/<flavor>"``, as in the snapshot."""
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Mapping[str, Any], ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    billing_weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class KueueTarget:
+    """One Kubernetes cluster: its flavors and the namespaces bound to units on it."""
+
+    cluster: str
+    flavors: tuple[KueueFlavor, ...]
+    namespaces: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    revision: int = 0
+
+
+class CompileError(ValueError):
+    """The tree cannot be expressed on this cluster (e.g. a name longer than Kubernetes allows)."""
+
+
+def kueue_name(path: str) -> str:
+    return path.replace("/", ".")
+
+
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name): identifies an object on a cluster."""
+    meta = obj["metadata"]
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def compile_kueue(snapshot: OrgSnapshot, target: KueueTarget) -> list[Object]:
+    """Every Kueue object the cluster should hold, in apply order, each part sorted."""
+    return _Compiler(snapshot, target).run()
+
+
+def render_yaml(objects: Sequence[Object]) -> str:
+    """Deterministic multi-document YAML (sorted keys)."""
+    return yaml.safe_dump_all(list(objects), sort_keys=True, default_flow_style=False, width=1000)
+
+
+class _Compiler:
+    def __init__(self, snapshot: OrgSnapshot, target: KueueTarget) -> None:
+        self.s = snapshot
+        self.t = target
+        self.flavors = sorted(target.flavors, key=lambda f: (f.billing_weight, f.name))
+        keys = {f.key for f in target.flavors}
+        self.resources = sorted(
+            {r for (u, fk, r), q in snapshot.quotas.items() if fk in keys and q.guarantee > 0 and u in snapshot.units},
+            key=lambda r: r.value,
+        )
+        self.capped = {u for (u, fk, _), q in snapshot.quotas.items() if fk in keys and q != ZERO}
+        self.present = self._present()
+
+    def _present(self) -> set[int]:
+        """Units with an object on this cluster: those with quota here, and for namespaces the unit
+        itself or, for an uncapped project, the nearest unit above it that is not one; plus all
+        their ancestors. Uncapped projects fold into their team's queue."""
+        present: set[int] = set()
+        anchors = set(self.capped)
+        for uid, namespaces in self.t.namespaces.items():
+            node: int | None = uid if namespaces and uid in self.s.units else None
+            while node is not None and self.s.units[node].kind is UnitKind.PROJECT and node not in self.capped:
+                node = self.s.units[node].parent_id
+            if node is not None:
+                anchors.add(node)
+        for uid in anchors:
+            if uid in self.s.units:
+                present.add(uid)
+                present.update(self.s.ancestors(uid))
+        return present
+
+    def children(self, uid: int | None) -> list[int]:
+        return [c for c in self.s.children.get(uid, ()) if c in self.present]
+
+    def is_cohort(self, uid: int) -> bool:
+        unit = self.s.units[uid]
+        if unit.kind in (UnitKind.ORGANISATION, UnitKind.DEPARTMENT):
+            return True
+        return any(self._has_capped_descendant(c) for c in self.children(uid))
+
+    def _has_capped_descendant(self, uid: int) -> bool:
+        return uid in self.capped or any(self._has_capped_descendant(c) for c in self.children(uid))
+
+    def run(self) -> list[Object]:
+        objects: list[Object] = [self.flavor(f) for f in sorted(self.flavors, key=lambda f: f.name)]
+        cohorts: list[Object] = []
+        queues: list[Object] = []
+        local: list[Object] = []
+        pending: list[tuple[int, str | None]] = [(root, None) for root in self.children(None)]
+        while pending:
+            uid, parent = pending.pop(0)
+            name = kueue_name(self.s.units[uid].path)
+            if len(name) > MAX_NAME:
+                raise CompileError(f"{self.s.units[uid].path}: the Kueue name {name[:40]}… is longer than {MAX_NAME}")
+            if self.is_cohort(uid):
+                cohorts.append(self.cohort(uid, name, parent))
+                pending.extend((c, name) for c in self.children(uid))
+                namespaces = self.namespaces_of(uid)
+                if namespaces:
+                    queues.append(self.cluster_queue(uid, name, name, namespaces, own_quota=False))
+            else:
+                namespaces = self.namespaces_of(uid)
+                queues.append(self.cluster_queue(uid, name, parent, namespaces, own_quota=True))
+            local.extend(self.local_queue(uid, ns, name) for ns in self.namespaces_of(uid))
+        objects += cohorts + sorted(queues, key=lambda o: o["metadata"]["name"])
+        objects += sorted(local, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+        objects += [self.priority_class(name) for name in sorted(self.s.tiers)]
+        return objects
+
+    # --- namespaces ------------------------------------------------------------------------------
+    def namespaces_of(self, uid: int) -> list[str]:
+        """The unit's namespaces and those of descendants without objects of their own."""
+        found = list(self.t.namespaces.get(uid, ()))
+        for child in self.s.children.get(uid, ()):
+            if child not in self.present:
+                found += self.namespaces_of(child)
+        return sorted(set(found))
+
+    # --- objects ---------------------------------------------------------------------------------
+    def meta(self, name: str, path: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: self.t.cluster}}
+        if namespace is not None:
+            meta["namespace"] = namespace
+        annotations = {ANNOTATION_REVISION: str(self.t.revision)}
+        if path is not None:
+            annotations[ANNOTATION_UNIT] = path
+        meta["annotations"] = annotations
+        return meta
+
+    def flavor(self, flavor: KueueFlavor) -> Object:
+        spec: dict[str, Any] = {"nodeLabels": dict(sorted(flavor.node_labels.items()))}
+        if flavor.node_taints:
+            spec["nodeTaints"] = [dict(sorted(t.items())) for t in flavor.node_taints]
+        if flavor.tolerations:
+            spec["tolerations"] = [dict(sorted(t.items())) for t in flavor.tolerations]
+        return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": self.meta(flavor.name), "spec": spec}
+
+    def resource_groups(self, uid: int, *, nominal: str, limits: bool) -> list[dict[str, Any]]:
+        if not self.resources:
+            return []
+        flavors = []
+        for flavor in self.flavors:
+            resources = []
+            for resource in self.resources:
+                quota = self.s.quota(uid, flavor.key, resource)
+                value = quota.guarantee if nominal == "own" else self.residual(uid, flavor.key, resource)
+                entry: dict[str, Any] = {"name": resource.value, "nominalQuota": format_quantity(resource, value)}
+                if limits:
+                    entry["borrowingLimit"] = format_quantity(resource, quota.burst)
+                    entry["lendingLimit"] = format_quantity(resource, min(quota.lendable, value))
+                resources.append(entry)
+            flavors.append({"name": flavor.name, "resources": resources})
+        return [{"coveredResources": [r.value for r in self.resources], "flavors": flavors}]
+
+    def residual(self, uid: int, flavor: str, resource: Resource) -> int:
+        own = self.s.quota(uid, flavor, resource).guarantee
+        return max(0, own - sum(self.s.quota(c, flavor, resource).guarantee for c in self.children(uid)))
+
+    def cohort(self, uid: int, name: str, parent: str | None) -> Object:
+        unit = self.s.units[uid]
+        spec: dict[str, Any] = {"fairSharing": {"weight": _weight(unit.weight)}}
+        if parent is not None:
+            spec["parentName"] = parent
+        groups = self.resource_groups(uid, nominal="residual", limits=False)
+        if parent is not None:
+            for group in groups:
+                for flavor in group["flavors"]:
+                    for entry in flavor["resources"]:
+                        quota = self.s.quota(uid, _flavor_key(self.flavors, flavor["name"]), Resource(entry["name"]))
+                        entry["borrowingLimit"] = format_quantity(Resource(entry["name"]), quota.burst)
+                        entry["lendingLimit"] = format_quantity(Resource(entry["name"]), quota.lendable)
+        if groups:
+            spec["resourceGroups"] = groups
+        return {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": self.meta(name, unit.path), "spec": spec}
+
+    def cluster_queue(
+        self, uid: int, name: str, cohort: str | None, namespaces: list[str], *, own_quota: bool
+    ) -> Object:
+        unit = self.s.units[uid]
+        spec: dict[str, Any] = {"queueingStrategy": "BestEffortFIFO", "fairSharing": {"weight": _weight(unit.weight)}}
+        if cohort is not None:
+            spec["cohortName"] = cohort
+        if namespaces:
+            spec["namespaceSelector"] = {
+                "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "In", "values": namespaces}]
+            }
+        spec["preemption"] = _preemption(self.s.effective_contract(uid))
+        if own_quota:
+            groups = self.resource_groups(uid, nominal="own", limits=cohort is not None)
+        else:  # a cohort unit's own queue: nothing of its own, borrows up to the unit's ceiling
+            groups = self.resource_groups(uid, nominal="own", limits=True)
+            for group in groups:
+                for flavor in group["flavors"]:
+                    for entry in flavor["resources"]:
+                        resource = Resource(entry["name"])
+                        quota = self.s.quota(uid, _flavor_key(self.flavors, flavor["name"]), resource)
+                        entry.update(
+                            nominalQuota="0", borrowingLimit=format_quantity(resource, quota.ceiling), lendingLimit="0"
+                        )
+        if groups:
+            spec["resourceGroups"] = groups
+        return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": self.meta(name, unit.path), "spec": spec}
+
+    def local_queue(self, uid: int, namespace: str, queue: str) -> Object:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "LocalQueue",
+            "metadata": self.meta(queue, self.s.units[uid].path, namespace),
+            "spec": {"clusterQueue": queue},
+        }
+
+    def priority_class(self, tier_name: str) -> Object:
+        tier = self.s.tiers[tier_name]
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "WorkloadPriorityClass",
+            "metadata": self.meta(priority_class_name(tier_name)),
+            "value": tier.priority,
+            "description": tier.display_name or tier_name,
+        }
+
+
+def priority_class_name(tier: str) -> str:
+    return f"allot-{tier.lower()}"
+
+
+def _flavor_key(flavors: Sequence[KueueFlavor], name: str) -> str:
+    return next(f.key for f in flavors if f.name == name)
+
+
+def _weight(weight: float) -> str:
+    text = f"{weight:.4f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def _preemption(contract: Contract | None) -> dict[str, str]:
+    if contract is None:
+        return {"reclaimWithinCohort": "LowerPriority", "withinClusterQueue": "LowerPriority"}
+    return {"reclaimWithinCohort": contract.reclaim_within_cohort, "withinClusterQueue": contract.within_cluster_queue}
