@@ -1,0 +1,169 @@
+"""Kueue objects on a cluster, through the official ``kubernetes`` client.
+
+Writes are server-side apply with field manager ``allot`` and ``fieldValidation=Strict``; reads
+list only objects labelled ``app.kubernetes.io/managed-by=allot``. A cluster's
+``connection_ref`` says how to reach it:
+
+* ``kubeconfig:/etc/allot/west.yaml`` (optionally ``#context``), a kubeconfig file;
+* ``in-cluster``, the pod's service account;
+* ``url:http://127.0.0.1:8001``, a plain URL such as ``kubectl proxy`` serves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+FIELD_MANAGER = "allot"
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=allot"
+PLURALS = {
+    "ResourceFlavor": "resourceflavors",
+    "Cohort": "cohorts",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "WorkloadPriorityClass": "workloadpriorityclasses",
+}
+CRD_NAMES = [f"{plural}.{GROUP}" for plural in PLURALS.values()]
+TIMEOUT = (5, 30)  # connect, read seconds
+
+
+@dataclass
+class ClusterCallError(Exception):
+    """A call the cluster refused or never answered; carries the server's own words."""
+
+    status: int
+    reason: str
+    message: str
+    causes: list[dict[str, Any]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @classmethod
+    def from_api(cls, exc: ApiException) -> ClusterCallError:
+        try:
+            body = json.loads(exc.body or "{}")
+        except (TypeError, ValueError):
+            body = {}
+        return cls(
+            status=int(exc.status or 0),
+            reason=str(body.get("reason") or exc.reason or ""),
+            message=str(body.get("message") or exc.reason or "no message"),
+            causes=list((body.get("details") or {}).get("causes") or []),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "message": self.message, "causes": self.causes}
+
+
+def api_client_for(connection_ref: str) -> k8s.ApiClient:
+    """An ApiClient for a cluster's ``connection_ref``; ValueError names the accepted forms."""
+    kind, _, rest = connection_ref.partition(":")
+    if connection_ref == "in-cluster":
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return k8s.ApiClient(configuration)
+    if kind == "kubeconfig" and rest:
+        path, _, context = rest.partition("#")
+        return k8s_config.new_client_from_config(config_file=path, context=context or None)
+    if kind == "url" and rest:
+        configuration = k8s.Configuration()
+        configuration.host = rest
+        return k8s.ApiClient(configuration)
+    raise ValueError(
+        f"connection_ref {connection_ref!r}: use 'kubeconfig:/path[#context]', 'in-cluster' or 'url:http://host:port'"
+    )
+
+
+class KueueClient:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+        self.api = k8s.CustomObjectsApi(api_client)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call and parse the JSON body ourselves: the generated client returns None for a 201 from
+        a patch (its response map only knows 200), and raw bodies keep the server's exact fields."""
+        try:
+            response = fn(*args, _request_timeout=TIMEOUT, _preload_content=False, **kwargs)
+            return json.loads(response.data or b"{}")
+        except ApiException as exc:
+            raise ClusterCallError.from_api(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterCallError(0, "Unreachable", f"cannot reach the API server: {exc}") from exc
+
+    def list_managed(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` labelled as Allot's, in all namespaces."""
+        found = self._call(
+            self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind], label_selector=MANAGED_SELECTOR
+        )
+        return [dict(item) for item in found.get("items", [])]
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        try:
+            if namespace:
+                return dict(
+                    self._call(self.api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind], name)
+                )
+            return dict(self._call(self.api.get_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name))
+        except ClusterCallError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        """Server-side apply; returns the object as the server has (or would have) it."""
+        meta = obj["metadata"]
+        options: dict[str, Any] = {
+            "field_manager": FIELD_MANAGER,
+            "field_validation": "Strict",
+            "force": force,
+            "_content_type": "application/apply-patch+yaml",
+        }
+        if dry_run:
+            options["dry_run"] = "All"
+        plural = PLURALS[obj["kind"]]
+        if meta.get("namespace"):
+            return dict(
+                self._call(
+                    self.api.patch_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    meta["namespace"],
+                    plural,
+                    meta["name"],
+                    dict(obj),
+                    **options,
+                )
+            )
+        return dict(
+            self._call(self.api.patch_cluster_custom_object, GROUP, VERSION, plural, meta["name"], dict(obj), **options)
+        )
+
+    def delete(self, kind: str, name: str, namespace: str = "") -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            if namespace:
+                self._call(self.api.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind], name)
+            else:
+                self._call(self.api.delete_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name)
+        except ClusterCallError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def read_crds(self) -> list[dict[str, Any]]:
+        """The cluster's own Kueue CRDs, to validate against exactly what it serves."""
+        api = k8s.ApiextensionsV1Api(self.api_client)
+        crds = []
+        for name in CRD_NAMES:
+            crds.append(self._call(api.read_custom_resource_definition, name))
+        return crds

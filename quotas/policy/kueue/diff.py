@@ -1,0 +1,157 @@
+"""Desired vs actual Kueue objects, on the fields Allot owns; the plan a sync carries out.
+
+Allot owns what it sends: its labels and annotations (not the revision stamp), ``spec`` of the
+CRD kinds, and ``value``/``description`` of priority classes. Server defaults it never sent
+(``stopPolicy``, ``flavorFungibility`` …) are not compared. Quantities compare by value
+(``"1Ti"`` equals ``"1024Gi"``). A field that Allot owned on the server (its ``managedFields``
+entry) and no longer sends is reported as a removal: a server-side apply will drop it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ..quantity import parse_decimal_quantity
+from .translate import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, object_key
+
+QUANTITY_FIELDS = {"nominalQuota", "borrowingLimit", "lendingLimit", "weight"}
+MANAGER = "allot"
+Key = tuple[str, str, str]
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    UNCHANGED = "unchanged"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    path: str
+    desired: Any
+    actual: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "desired": self.desired, "actual": self.actual}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectPlan:
+    kind: str
+    namespace: str
+    name: str
+    action: Action
+    changes: tuple[FieldChange, ...] = ()
+    desired: Mapping[str, Any] | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.kind, self.namespace, self.name)
+
+
+def owned(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an object Allot owns and compares."""
+    meta = obj.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in (LABEL_MANAGED_BY, LABEL_CLUSTER)}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k.startswith("allot.dev/") and k != ANNOTATION_REVISION
+    }
+    view: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+    for field in ("spec", "value", "description"):
+        if field in obj:
+            view[field] = obj[field]
+    return view
+
+
+def diff_object(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> list[FieldChange]:
+    """Field-level differences on what Allot owns, in path order."""
+    changes: list[FieldChange] = []
+    _compare(owned(desired), owned(actual), "", changes)
+    desired_view = owned(desired)
+    for path in _managed_paths(actual):
+        if path[0] == "metadata":
+            continue
+        present, _ = _lookup(desired_view, path)
+        found, value = _lookup(actual, path)
+        if not present and found:
+            changes.append(FieldChange(".".join(path), None, value))
+    return sorted({c.path: c for c in changes}.values(), key=lambda c: c.path)
+
+
+def _compare(desired: Any, actual: Any, path: str, changes: list[FieldChange]) -> None:
+    if isinstance(desired, dict) and isinstance(actual, dict):
+        for key, value in desired.items():
+            _compare(value, actual.get(key), f"{path}.{key}" if path else key, changes)
+    elif isinstance(desired, list) and isinstance(actual, list) and len(desired) == len(actual):
+        for i, (d, a) in enumerate(zip(desired, actual, strict=True)):
+            _compare(d, a, f"{path}[{i}]", changes)
+    elif not _equal(desired, actual, path):
+        changes.append(FieldChange(path, desired, actual))
+
+
+def _equal(desired: Any, actual: Any, path: str) -> bool:
+    if desired == actual:
+        return True
+    if path.rsplit(".", 1)[-1] in QUANTITY_FIELDS and desired is not None and actual is not None:
+        try:
+            return parse_decimal_quantity(str(desired)) == parse_decimal_quantity(str(actual))
+        except ValueError:
+            return False
+    return False
+
+
+def _managed_paths(actual: Mapping[str, Any]) -> Iterator[tuple[str, ...]]:
+    """Dict-key paths Allot's field manager owns on the server (lists count as leaves)."""
+    for entry in (actual.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == MANAGER and entry.get("operation") == "Apply":
+            yield from _walk_fields(entry.get("fieldsV1") or {}, ())
+
+
+def _walk_fields(fields: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for key, child in fields.items():
+        if not key.startswith("f:"):
+            continue
+        path = (*prefix, key[2:])
+        if isinstance(child, dict) and any(k.startswith("f:") for k in child):
+            yield from _walk_fields(child, path)
+        else:
+            yield path
+
+
+def _lookup(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    node = obj
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def plan_sync(desired: Sequence[Mapping[str, Any]], actual: Mapping[Key, Mapping[str, Any]]) -> list[ObjectPlan]:
+    """Creates and updates in apply order, then deletions of Allot's objects no longer desired,
+    in reverse dependency order (priority classes, local queues, cluster queues, cohorts
+    children-first, flavors)."""
+    plans = []
+    wanted = set()
+    for obj in desired:
+        key = object_key(obj)
+        wanted.add(key)
+        current = actual.get(key)
+        if current is None:
+            plans.append(ObjectPlan(*key, action=Action.CREATE, desired=obj))
+        else:
+            changes = tuple(diff_object(obj, current))
+            plans.append(
+                ObjectPlan(*key, action=Action.UPDATE if changes else Action.UNCHANGED, changes=changes, desired=obj)
+            )
+    stale = [key for key in actual if key not in wanted]
+    order = {kind: i for i, kind in enumerate(APPLY_ORDER)}
+    stale.sort(key=lambda k: (-order.get(k[0], -1), -k[2].count("."), k[1], k[2]))
+    plans += [ObjectPlan(*key, action=Action.DELETE) for key in stale]
+    return plans
