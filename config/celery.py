@@ -6,12 +6,20 @@ import os
 
 from celery import Celery
 
+from config.env import env_int
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("allot")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
+# Read through config.env, not django.conf.settings: this module is imported while settings load.
 app.conf.beat_schedule = {
     "policy-check-hourly": {"task": "quotas.tasks.policy_check", "schedule": 3600.0},
+    "kueue-drift-check": {
+        "task": "quotas.tasks.kueue_drift_check",
+        "schedule": float(env_int("ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS", 300)),
+    },
 }

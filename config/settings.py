@@ -147,6 +147,13 @@ CELERY_TIMEZONE = "UTC"
 # --- policy (ALLOT_POLICY_*) ----------------------------------------------------------------
 ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int("ALLOT_POLICY_SCHEDULING_PASS_SECONDS", 10)
 
+# --- Kubernetes (ALLOT_KUBERNETES_*) ----------------------------------------------------------
+ALLOT_KUBERNETES_ENABLED = env_bool("ALLOT_KUBERNETES_ENABLED", True)
+# Kueue CRDs to validate against before any apply. Empty: read them from each cluster itself.
+_REFERENCE_CRDS = BASE_DIR.parent / "shared" / "reference" / "kueue-crds"
+ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(_REFERENCE_CRDS) if _REFERENCE_CRDS.is_dir() else "")
+# ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
+
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
 EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")

@@ -309,3 +309,70 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise TypeError("the audit trail is append-only: AuditEvent rows cannot be deleted")
+
+
+class SyncMode(models.TextChoices):
+    APPLY = "apply", "Apply"
+    DRY_RUN = "dry_run", "Dry run"
+    DRIFT_CHECK = "drift_check", "Drift check"
+
+
+class SyncStatus(models.TextChoices):
+    RUNNING = "running"
+    IN_SYNC = "in_sync", "In sync (no change needed)"
+    APPLIED = "applied", "Changes applied"
+    WOULD_CHANGE = "would_change", "Dry run: changes would be applied"
+    DRIFT = "drift", "Drift found (reported)"
+    PARTIAL = "partial", "Some objects failed"
+    INVALID = "invalid", "Refused before apply: objects failed validation"
+    FAILED = "failed", "Failed: the cluster could not be read or written"
+
+
+class SyncOutcome(models.TextChoices):
+    UNCHANGED = "unchanged"
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    WOULD_CREATE = "would_create"
+    WOULD_UPDATE = "would_update"
+    WOULD_DELETE = "would_delete"
+    DRIFT = "drift"
+    NOT_OURS = "not_ours", "Exists but is not managed by Allot: left alone"
+    INVALID = "invalid"
+    CONFLICT = "conflict"
+    ERROR = "error"
+
+
+class SyncRun(models.Model):
+    """One sync (or dry run, or drift check) of one cluster, with a per-object outcome."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sync_runs")
+    mode = models.CharField(max_length=16, choices=SyncMode.choices)
+    status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.RUNNING)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    revision = models.BigIntegerField(default=0, help_text="Policy revision that was compiled.")
+    counts = models.JSONField(default=dict, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.mode} {self.status}"
+
+
+class SyncObject(models.Model):
+    run = models.ForeignKey(SyncRun, on_delete=models.CASCADE, related_name="objects")
+    kind = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    outcome = models.CharField(max_length=16, choices=SyncOutcome.choices)
+    changes = models.JSONField(default=list, blank=True, help_text="Field-level diff: path, desired, actual.")
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True, help_text="The server's own error, when there was one.")
+
+    class Meta:
+        ordering = ["id"]

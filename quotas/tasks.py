@@ -5,11 +5,32 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.db import OperationalError
 
+from quotas.models import Cluster, ClusterKind, SyncMode
 from quotas.policy.invariants import validate_tree
 from quotas.selectors import org_snapshot
+from quotas.services.sync import cluster_sync
 
 log = logging.getLogger(__name__)
+
+
+@shared_task(name="quotas.tasks.cluster_sync", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)
+def cluster_sync_task(cluster_id: int, mode: str = SyncMode.APPLY, reason: str = "scheduled sync") -> dict[str, object]:
+    """Sync one cluster (idempotent: a second run writes nothing). Cluster errors are recorded in the
+    run, not raised; only database trouble is retried."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    run = cluster_sync(actor=None, reason=reason, cluster=cluster, mode=mode)
+    return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
+@shared_task(name="quotas.tasks.kueue_drift_check")
+def kueue_drift_check() -> list[int]:
+    """From beat: queue a drift check of every enabled Kubernetes cluster."""
+    ids = list(Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True).values_list("pk", flat=True))
+    for cluster_id in ids:
+        cluster_sync_task.delay(cluster_id, SyncMode.DRIFT_CHECK, "periodic drift check")
+    return ids
 
 
 @shared_task(name="quotas.tasks.policy_check")

@@ -45,6 +45,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """Tests sign in with throwaway passwords: skip the deliberate slowness of PBKDF2."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    if not settings.configured:  # pure-core runs (-p no:django)
+        yield
+        return
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
 @pytest.fixture
 def admin_user(db):
     from tests.factories import AdminFactory

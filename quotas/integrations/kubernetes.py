@@ -20,6 +20,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 FIELD_MANAGER = "allot"
@@ -65,7 +66,20 @@ class ClusterCallError(Exception):
 
 
 def api_client_for(connection_ref: str) -> k8s.ApiClient:
-    """An ApiClient for a cluster's ``connection_ref``; ValueError names the accepted forms."""
+    """An ApiClient for a cluster's ``connection_ref``.
+
+    Raises ValueError naming the accepted forms, or what is wrong with the kubeconfig or the
+    in-cluster service account."""
+    try:
+        return _api_client_for(connection_ref)
+    except ConfigException as exc:
+        raise ValueError(
+            f"connection_ref {connection_ref!r}: {exc} — point it at a readable kubeconfig "
+            f"(or use 'in-cluster' inside a pod)"
+        ) from exc
+
+
+def _api_client_for(connection_ref: str) -> k8s.ApiClient:
     kind, _, rest = connection_ref.partition(":")
     if connection_ref == "in-cluster":
         configuration = k8s.Configuration()

@@ -98,6 +98,10 @@ def test_an_unreachable_cluster():
     assert info.value.reason == "Unreachable" and info.value.status == 0
 
 
-def test_connection_ref_forms_are_named_when_wrong():
+def test_connection_ref_forms_are_named_when_wrong(tmp_path):
     with pytest.raises(ValueError, match="kubeconfig:/path"):
         api_client_for("ssh:west")
+    with pytest.raises(ValueError, match="readable kubeconfig"):
+        api_client_for(f"kubeconfig:{tmp_path / 'missing.yaml'}")
+    with pytest.raises(ValueError, match="in-cluster"):
+        api_client_for("in-cluster")  # no service account here

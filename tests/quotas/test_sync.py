@@ -1,0 +1,197 @@
+"""Sync of the demo organisation to a cluster, through the official client, end to end."""
+
+import pytest
+from django.core.management import call_command
+
+from quotas import services
+from quotas.integrations.kubernetes import KueueClient, api_client_for
+from quotas.models import AuditEvent, Cluster, DriftPolicy, Quota, SyncObject, SyncOutcome, SyncStatus
+from quotas.policy import Resource
+from quotas.services.sync import cluster_sync
+from tests.kube_fake import FakeKueueServer
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def demo():
+    call_command("allot_demo")
+    return Cluster.objects.get(name="k8s-west")
+
+
+@pytest.fixture
+def fake(crd_schemas):
+    with FakeKueueServer(crd_schemas) as server:
+        yield server
+
+
+def sync(cluster, fake, mode="apply", reason="test sync"):
+    return cluster_sync(
+        actor=None, reason=reason, cluster=cluster, mode=mode, client=KueueClient(api_client_for(f"url:{fake.url}"))
+    )
+
+
+def outcomes(run):
+    return dict(run.counts)
+
+
+def test_first_sync_creates_everything_and_a_second_writes_nothing(demo, fake):
+    run = sync(demo, fake)
+    assert run.status == SyncStatus.APPLIED, run.message
+    assert outcomes(run) == {"created": 45}
+    assert len(fake.writes()) == 45
+    kinds = [o.kind for o in SyncObject.objects.filter(run=run)]
+    assert kinds.index("Cohort") > kinds.index("ResourceFlavor") and kinds.index("LocalQueue") > kinds.index(
+        "ClusterQueue"
+    )
+    assert AuditEvent.objects.filter(action="cluster_sync").count() == 1
+    before = len(fake.writes())
+    again = sync(demo, fake)
+    assert again.status == SyncStatus.IN_SYNC and outcomes(again) == {"unchanged": 45}
+    assert len(fake.writes()) == before  # not a single write request
+
+
+def test_a_quota_change_updates_exactly_its_objects(demo, fake):
+    sync(demo, fake)
+    quota = Quota.objects.get(unit__path="acme/research/rl", flavor__name="a100-80gb", resource="nvidia.com/gpu")
+    services.quota_set(
+        actor=None,
+        reason="more for rl",
+        unit_id=quota.unit_id,
+        flavor_id=quota.flavor_id,
+        resource=Resource(quota.resource),
+        guarantee=20,
+    )
+    run = sync(demo, fake)
+    updated = SyncObject.objects.filter(run=run, outcome=SyncOutcome.UPDATED)
+    # rl's queue (nominal 18 → 20) and research's cohort (its residual guarantee shrinks by 2)
+    assert sorted((o.kind, o.name) for o in updated) == [
+        ("ClusterQueue", "acme.research.rl"),
+        ("Cohort", "acme.research"),
+    ]
+    by_kind = {o.kind: {c["path"]: (c["desired"], c["actual"]) for c in o.changes} for o in updated}
+    assert by_kind["ClusterQueue"] == {"spec.resourceGroups[0].flavors[2].resources[2].nominalQuota": ("20", "18")}
+    assert by_kind["Cohort"] == {
+        "spec.resourceGroups[0].flavors[2].resources[2].nominalQuota": ("7", "9")
+    }  # 180 − (81 + 54 + 20 + 18) = 7
+    assert outcomes(run) == {"unchanged": 43, "updated": 2}
+
+
+def test_dry_run_writes_nothing(demo, fake):
+    run = sync(demo, fake, mode="dry_run")
+    assert run.status == SyncStatus.WOULD_CHANGE and outcomes(run) == {"would_create": 45}
+    assert fake.writes() == [] and fake.objects == {}
+
+
+def test_kubectl_edit_is_found_as_drift_and_reported(demo, fake):
+    sync(demo, fake)
+
+    def edit(obj):
+        obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "99"
+
+    fake.kubectl_edit("ClusterQueue", "acme.research.speech", edit)
+    run = sync(demo, fake, mode="drift_check")
+    assert run.status == SyncStatus.DRIFT
+    [drift] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.DRIFT)
+    assert drift.name == "acme.research.speech"
+    assert drift.changes == [
+        {"path": "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", "desired": "9", "actual": "99"}
+    ]
+    # a normal sync does not override someone else's field: the server's 409, reported, nothing forced
+    run = sync(demo, fake)
+    assert run.status == SyncStatus.FAILED and "dry run" in run.message
+    [conflict] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.CONFLICT)
+    assert 'conflict with "kubectl-edit"' in conflict.message and conflict.details["status"] == 409
+
+
+def test_drift_is_corrected_when_the_cluster_says_so(demo, fake):
+    sync(demo, fake)
+    fake.kubectl_edit(
+        "ClusterQueue",
+        "acme.research.speech",
+        lambda o: o["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2].update(nominalQuota="99"),
+    )
+    demo.drift_policy = DriftPolicy.CORRECT
+    demo.save()
+    run = sync(demo, fake, mode="drift_check")
+    assert run.status == SyncStatus.APPLIED and outcomes(run) == {"unchanged": 44, "updated": 1}
+    stored = fake.objects[("ClusterQueue", "", "acme.research.speech")]
+    assert stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] == "9"
+    assert sync(demo, fake, mode="drift_check").status == SyncStatus.IN_SYNC
+
+
+def test_an_object_with_our_name_that_is_not_ours_is_left_alone(demo, fake):
+    fake.put_unmanaged(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "acme.research.rl"},
+            "spec": {"resourceGroups": []},
+        }
+    )
+    run = sync(demo, fake)
+    assert run.status == SyncStatus.APPLIED
+    [not_ours] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.NOT_OURS)
+    assert not_ours.name == "acme.research.rl" and "helm" in not_ours.message
+    assert fake.objects[("ClusterQueue", "", "acme.research.rl")]["spec"] == {
+        "resourceGroups": [],
+        "stopPolicy": "None",
+        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+    }
+
+
+def test_archiving_a_unit_deletes_only_its_objects(demo, fake):
+    sync(demo, fake)
+    fake.put_unmanaged(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "site-pool"}, "spec": {}}
+    )
+    from quotas.models import OrgUnit
+
+    services.org_unit_archive(actor=None, reason="team dissolved", unit=OrgUnit.objects.get(path="acme/research/rl"))
+    run = sync(demo, fake)
+    deleted = sorted(
+        (o.kind, o.namespace, o.name) for o in SyncObject.objects.filter(run=run, outcome=SyncOutcome.DELETED)
+    )
+    assert deleted == [("ClusterQueue", "", "acme.research.rl"), ("LocalQueue", "rl", "acme.research.rl")]
+    assert ("Cohort", "", "site-pool") in fake.objects
+
+
+def test_a_missing_namespace_is_reported_per_object(demo, crd_schemas):
+    with FakeKueueServer(crd_schemas, namespaces={"nlp"}) as fake:
+        run = sync(demo, fake)
+    assert run.status == SyncStatus.FAILED
+    errors = SyncObject.objects.filter(run=run, outcome=SyncOutcome.ERROR)
+    assert errors.count() == 14 and all('namespaces "' in o.message and "not found" in o.message for o in errors)
+    assert fake.writes() == []  # refused at the dry run: nothing applied
+
+
+def test_unauthorised_and_unreachable_clusters(demo, crd_schemas):
+    with FakeKueueServer(crd_schemas, token="secret") as fake:
+        run = sync(demo, fake)
+    assert run.status == SyncStatus.FAILED and "401 Unauthorized" in run.message
+    run = cluster_sync(
+        actor=None, reason="t", cluster=demo, client=KueueClient(api_client_for("url:http://127.0.0.1:9"))
+    )
+    assert run.status == SyncStatus.FAILED and "cannot reach the API server" in run.message
+    demo.connection_ref = "ftp:nowhere"
+    run = cluster_sync(actor=None, reason="t", cluster=demo)
+    assert run.status == SyncStatus.FAILED and "kubeconfig:/path" in run.message
+
+
+def test_invalid_compiled_objects_are_never_applied(demo, fake):
+    from quotas.models import ResourceFlavor
+
+    ResourceFlavor.objects.filter(name="h100-80gb").update(tolerations=[{"operator": "Sometimes"}])
+    run = sync(demo, fake)
+    assert run.status == SyncStatus.INVALID and fake.writes() == []
+    problems = SyncObject.objects.filter(run=run, outcome=SyncOutcome.INVALID)
+    assert {p.name for p in problems} == {"h100-80gb"}
+    assert any("supported toleration values: 'Equal'(default), 'Exists'" in p.message for p in problems)
+    assert all(p.message.startswith("spec.tolerations: ") and p.message.endswith("(cel)") for p in problems)
+
+
+def test_slurm_clusters_are_refused_here(demo):
+    from quotas.errors import InputError
+
+    with pytest.raises(InputError):
+        cluster_sync(actor=None, reason="t", cluster=Cluster.objects.get(name="slurm-lab"))
