@@ -365,7 +365,7 @@ class SyncRun(models.Model):
 
 
 class SyncObject(models.Model):
-    run = models.ForeignKey(SyncRun, on_delete=models.CASCADE, related_name="objects")
+    run = models.ForeignKey(SyncRun, on_delete=models.CASCADE, related_name="results")
     kind = models.CharField(max_length=64)
     namespace = models.CharField(max_length=63, blank=True)
     name = models.CharField(max_length=253)

@@ -25,6 +25,9 @@ from quotas.models import (
     Quota,
     ReclamationContract,
     ResourceFlavor,
+    SyncMode,
+    SyncObject,
+    SyncRun,
     WithinQueuePolicy,
     WorkloadTier,
 )
@@ -407,3 +410,47 @@ class AuditOut(serializers.ModelSerializer):
             "after",
             "reason",
         ]
+
+
+# --- sync runs ---------------------------------------------------------------------------------------
+
+
+class SyncObjectOut(serializers.ModelSerializer):
+    class Meta:
+        model = SyncObject
+        fields = ["kind", "namespace", "name", "outcome", "changes", "message", "details"]
+
+
+class SyncRunOut(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = SyncRun
+        fields = [
+            "id",
+            "cluster",
+            "mode",
+            "status",
+            "started_at",
+            "finished_at",
+            "actor_name",
+            "reason",
+            "revision",
+            "counts",
+            "message",
+        ]
+
+
+class SyncRunDetailOut(SyncRunOut):
+    results = SyncObjectOut(many=True, read_only=True)
+
+    class Meta(SyncRunOut.Meta):
+        fields = [*SyncRunOut.Meta.fields, "results"]
+
+
+class SyncIn(ReasonMixin):
+    mode = serializers.ChoiceField(choices=SyncMode.choices, default=SyncMode.APPLY)
+
+
+class PreviewIn(serializers.Serializer):
+    changes = QuotaChangeIn(many=True, allow_empty=False)

@@ -12,8 +12,10 @@ router.register("tiers", views.TierViewSet)
 router.register("units", views.UnitViewSet)
 router.register("quotas", views.QuotaViewSet)
 router.register("audit", views.AuditViewSet)
+router.register("sync-runs", views.SyncRunViewSet)
 
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),
+    path("preview/", views.preview_view, name="preview"),
     path("", include(router.urls)),
 ]

@@ -5,29 +5,39 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action, api_view
+from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.exceptions import APIException
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from quotas import selectors, services
+from quotas.errors import InputError
 from quotas.models import (
     AuditEvent,
     CapacityReservation,
     Cluster,
+    ClusterKind,
     OrgUnit,
     Quota,
     ReclamationContract,
     ResourceFlavor,
+    SyncRun,
     WorkloadTier,
 )
 from quotas.policy.capacity import capacity_report
 from quotas.policy.invariants import validate_tree
+from quotas.policy.kueue import compile_kueue
+from quotas.policy.kueue.coverage import kueue_coverage
 from quotas.policy.quantity import Resource
+from quotas.previews import quota_change_preview
+from quotas.tasks import cluster_sync_task
 
 from . import serializers as s
 
@@ -92,6 +102,47 @@ class ClusterViewSet(CatalogueViewSet):
 
     def set(self, **kwargs: Any) -> Cluster:
         return services.cluster_set(**kwargs)
+
+    @extend_schema(responses={200: dict}, parameters=[OpenApiParameter("kind", str, description="only this kind")])
+    @action(detail=True, methods=["get"])
+    def kueue(self, request: Request, name: str) -> Response:
+        """The Kueue objects Allot wants on this cluster now (what a sync would apply)."""
+        cluster = self._kubernetes()
+        objects = compile_kueue(selectors.org_snapshot(), selectors.kueue_target(cluster))
+        kind = request.query_params.get("kind")
+        return Response([o for o in objects if not kind or o["kind"] == kind])
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def coverage(self, request: Request, name: str) -> Response:
+        """For each contract term and tier rule: whether this cluster enforces it, and how."""
+        self._kubernetes()
+        return Response([line.as_dict() for line in kueue_coverage(selectors.org_snapshot(include_quotas=False))])
+
+    @extend_schema(request=s.SyncIn, responses={202: dict})
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, name: str) -> Response:
+        """Queue a sync (mode apply, dry_run or drift_check); its run appears under /api/v1/sync-runs/."""
+        cluster = self._kubernetes()
+        data = _input(s.SyncIn, request)
+        reason = services.audit.require_reason(data["reason"])
+        transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, data["mode"], reason))
+        return Response(
+            {
+                "queued": True,
+                "cluster": cluster.name,
+                "mode": data["mode"],
+                "runs": f"/api/v1/sync-runs/?cluster={cluster.name}",
+            },
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+    def _kubernetes(self) -> Cluster:
+        # not get_object(): the list filters (?kind=kubernetes) must not apply to these actions' own params
+        cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
+        if cluster.kind != ClusterKind.KUBERNETES:
+            raise InputError("cluster", f"{cluster.name} is a {cluster.kind} cluster", "use a Kubernetes cluster")
+        return cluster
 
 
 @extend_schema_view(create=extend_schema(request=s.FlavorIn), partial_update=extend_schema(request=s.FlavorIn))
@@ -302,6 +353,43 @@ class QuotaViewSet(ReadViewSet):
         rows = services.quota_set_bulk(actor=request.user, reason=data["reason"], changes=changes)
         quotas = self.get_queryset().filter(pk__in=[r.pk for r in rows])
         return Response(s.QuotaOut(quotas, many=True).data)
+
+
+# --- sync runs and previews -------------------------------------------------------------------------
+
+
+class SyncRunViewSet(ReadViewSet):
+    """Syncs, dry runs and drift checks, newest first, with per-object outcomes in the detail."""
+
+    queryset = SyncRun.objects.select_related("cluster")
+    serializer_class = s.SyncRunOut
+    filterset_fields = {"cluster__name": ["exact"], "status": ["exact"], "mode": ["exact"]}
+
+    def get_serializer_class(self) -> Any:
+        return s.SyncRunDetailOut if self.action == "retrieve" else s.SyncRunOut
+
+    def get_queryset(self) -> Any:
+        queryset = super().get_queryset()
+        cluster = self.request.query_params.get("cluster")
+        if cluster:
+            queryset = queryset.filter(cluster__name=cluster)
+        return queryset.prefetch_related("results") if self.action == "retrieve" else queryset
+
+
+@extend_schema(request=s.PreviewIn, responses={200: dict})
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def preview_view(request: Request) -> Response:
+    """What proposed quota changes would do: the violations, and per Kubernetes cluster the exact
+    object diff. Nothing is saved."""
+    data = _input(s.PreviewIn, request)
+    changes = [
+        services.QuotaChange(
+            c["unit"].pk, c["flavor"].pk, c["resource"], c.get("guarantee"), c.get("burst"), c.get("lendable")
+        )
+        for c in data["changes"]
+    ]
+    return Response(quota_change_preview(changes).as_dict())
 
 
 # --- audit and reports -----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
                 ('changes', models.JSONField(blank=True, default=list, help_text='Field-level diff: path, desired, actual.')),
                 ('message', models.TextField(blank=True)),
                 ('details', models.JSONField(blank=True, default=dict, help_text="The server's own error, when there was one.")),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='objects', to='quotas.syncrun')),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='quotas.syncrun')),
             ],
             options={
                 'ordering': ['id'],

@@ -98,7 +98,7 @@ def quota_set_bulk(*, actor: Actor, reason: str, changes: Sequence[QuotaChange])
     edits = {}
     for change, row in plan:
         _check_version(change, row, snapshot)
-        edits[(change.unit_id, keys[change.flavor_id], change.resource)] = _proposed(change, row)
+        edits[(change.unit_id, keys[change.flavor_id], change.resource)] = proposed_quota(change, row)
     violations = check_quota_edits(snapshot, edits)
     if violations:
         raise PolicyViolationError(violations)
@@ -121,7 +121,9 @@ def _lock_edited_units(unit_ids: set[int]) -> dict[int, int | None]:
     raise InputError("unit", "the units are being moved right now", "try again in a moment")
 
 
-def _proposed(change: QuotaChange, row: Quota | None) -> snap.Quota:
+def proposed_quota(change: QuotaChange, row: Quota | snap.Quota | None) -> snap.Quota:
+    """The quota a change asks for: its values where given, the current ones (or 0) elsewhere."""
+
     def pick(new: int | None, old: int) -> int:
         return old if new is None else new
 

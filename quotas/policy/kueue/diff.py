@@ -107,8 +107,13 @@ def _equal(desired: Any, actual: Any, path: str) -> bool:
 
 
 def _managed_paths(actual: Mapping[str, Any]) -> Iterator[tuple[str, ...]]:
-    """Dict-key paths Allot's field manager owns on the server (lists count as leaves)."""
-    for entry in (actual.get("metadata") or {}).get("managedFields") or []:
+    """Dict-key paths Allot's field manager owns on the server (lists count as leaves). An object
+    with no managedFields (compiled for a preview, read from files) is taken as wholly Allot's."""
+    entries = (actual.get("metadata") or {}).get("managedFields")
+    if not entries:
+        yield from _dict_paths(owned(actual), ())
+        return
+    for entry in entries:
         if entry.get("manager") == MANAGER and entry.get("operation") == "Apply":
             yield from _walk_fields(entry.get("fieldsV1") or {}, ())
 
@@ -122,6 +127,14 @@ def _walk_fields(fields: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator
             yield from _walk_fields(child, path)
         else:
             yield path
+
+
+def _dict_paths(obj: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for key, child in obj.items():
+        if isinstance(child, Mapping) and child:
+            yield from _dict_paths(child, (*prefix, key))
+        else:
+            yield (*prefix, key)
 
 
 def _lookup(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
@@ -155,3 +168,10 @@ def plan_sync(desired: Sequence[Mapping[str, Any]], actual: Mapping[Key, Mapping
     stale.sort(key=lambda k: (-order.get(k[0], -1), -k[2].count("."), k[1], k[2]))
     plans += [ObjectPlan(*key, action=Action.DELETE) for key in stale]
     return plans
+
+
+def preview(current: Sequence[Mapping[str, Any]], proposed: Sequence[Mapping[str, Any]]) -> list[ObjectPlan]:
+    """What a proposed change would do to a cluster: the plan from the objects compiled now to the
+    objects compiled with the change (the same code path as a sync). Unchanged objects are left out."""
+    plans = plan_sync(proposed, {object_key(obj): obj for obj in current})
+    return [plan for plan in plans if plan.action is not Action.UNCHANGED]

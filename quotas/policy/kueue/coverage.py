@@ -1,0 +1,139 @@
+"""Which contract terms and tier rules a Kueue cluster enforces, and how — or why it cannot."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from ..durations import format_duration
+from ..snapshot import OrgSnapshot
+
+
+class How(StrEnum):
+    KUEUE = "enforced_by_kueue"
+    WEBHOOK = "enforced_by_allot_webhook"
+    """Needs Allot's admission webhooks installed on the cluster (deploy/)."""
+    CONFIG = "depends_on_kueue_configuration"
+    MONITORED = "monitored_not_enforced"
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageLine:
+    subject: str
+    """A contract, a tier, or the quota model itself."""
+    term: str
+    value: str
+    how: How
+    mechanism: str
+
+    def as_dict(self) -> dict[str, str]:
+        data = asdict(self)
+        data["how"] = self.how.value
+        return data
+
+
+def kueue_coverage(snapshot: OrgSnapshot) -> list[CoverageLine]:
+    lines = [
+        CoverageLine(
+            "quota",
+            "guarantee",
+            "per unit, flavor, resource",
+            How.KUEUE,
+            "ClusterQueue nominalQuota; reclaimed by preemption (preemption.reclaimWithinCohort)",
+        ),
+        CoverageLine(
+            "quota",
+            "burst",
+            "per unit, flavor, resource",
+            How.KUEUE,
+            "borrowingLimit on the ClusterQueue (and on the Cohorts above it for the subtree)",
+        ),
+        CoverageLine("quota", "lendable", "per unit, flavor, resource", How.KUEUE, "lendingLimit"),
+        CoverageLine(
+            "quota",
+            "fair-share weight",
+            "per unit",
+            How.CONFIG,
+            "fairSharing.weight; used only when fairSharing is set in Kueue's Configuration",
+        ),
+        CoverageLine(
+            "quota",
+            "namespace binding",
+            "per namespace",
+            How.KUEUE,
+            "LocalQueue per namespace; ClusterQueue namespaceSelector admits only bound namespaces",
+        ),
+    ]
+    for name in sorted(snapshot.contracts):
+        c = snapshot.contracts[name]
+        subject = f"contract {name}"
+        lines += [
+            CoverageLine(
+                subject,
+                "reclaim_within",
+                format_duration(c.reclaim_within_s),
+                How.MONITORED,
+                "Kueue has no reclaim deadline: Allot measures reclaim times and reports contracts not honoured",
+            ),
+            CoverageLine(
+                subject,
+                "grace_period",
+                format_duration(c.grace_period_s),
+                How.WEBHOOK,
+                "not in Kueue's API: the mutating webhook sets terminationGracePeriodSeconds on opportunistic pods",
+            ),
+            CoverageLine(
+                subject,
+                "min_run_window",
+                format_duration(c.min_run_window_s),
+                How.MONITORED,
+                "not expressible in Kueue today (open proposal): preemptions before it are reported",
+            ),
+            CoverageLine(
+                subject,
+                "checkpoint_every",
+                format_duration(c.checkpoint_every_s) if c.checkpoint_every_s else "not required",
+                How.WEBHOOK,
+                "the validating webhook requires opportunistic work to declare a cadence within it",
+            ),
+            CoverageLine(
+                subject,
+                "preemption",
+                f"reclaimWithinCohort={c.reclaim_within_cohort}, withinClusterQueue={c.within_cluster_queue}",
+                How.KUEUE,
+                "ClusterQueue spec.preemption",
+            ),
+        ]
+    for name in sorted(snapshot.tiers):
+        t = snapshot.tiers[name]
+        subject = f"tier {name}"
+        lines.append(
+            CoverageLine(
+                subject,
+                "priority",
+                str(t.priority),
+                How.KUEUE,
+                f"WorkloadPriorityClass allot-{name.lower()}; the webhook sets it from the tier",
+            )
+        )
+        if t.max_runtime_s is not None:
+            lines.append(
+                CoverageLine(
+                    subject,
+                    "max runtime",
+                    format_duration(t.max_runtime_s),
+                    How.WEBHOOK,
+                    "the webhook requires activeDeadlineSeconds or kueue.x-k8s.io/max-exec-time-seconds within it",
+                )
+            )
+        if t.preemptible:
+            lines.append(
+                CoverageLine(
+                    subject,
+                    "preemptible",
+                    "yes",
+                    How.KUEUE,
+                    "lower priority value: preempted first when guarantees are reclaimed",
+                )
+            )
+    return lines

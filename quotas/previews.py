@@ -1,0 +1,57 @@
+"""What a proposed change would do, before anyone commits it: the same code paths as the real
+edit (the core's checks) and the real sync (compile + plan), on a proposed snapshot. Reads only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from quotas.models import Cluster, ClusterKind
+from quotas.policy.invariants import check_quota_edits
+from quotas.policy.kueue import compile_kueue
+from quotas.policy.kueue.diff import ObjectPlan, preview
+from quotas.policy.violations import Violation
+from quotas.selectors import flavor_keys, kueue_target, org_snapshot
+from quotas.services.quota import QuotaChange, proposed_quota
+
+
+@dataclass(frozen=True)
+class Preview:
+    violations: list[Violation]
+    clusters: dict[str, list[ObjectPlan]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "violations": [v.as_dict() for v in self.violations],
+            "clusters": {
+                name: [
+                    {
+                        "kind": p.kind,
+                        "namespace": p.namespace,
+                        "name": p.name,
+                        "action": p.action.value,
+                        "changes": [c.as_dict() for c in p.changes],
+                    }
+                    for p in plans
+                ]
+                for name, plans in self.clusters.items()
+            },
+        }
+
+
+def quota_change_preview(changes: Sequence[QuotaChange]) -> Preview:
+    """Violations the changes would cause, and per Kubernetes cluster the exact object diff."""
+    snapshot = org_snapshot()
+    keys = flavor_keys()
+    edits = {}
+    for change in changes:
+        key = (change.unit_id, keys[change.flavor_id], change.resource)
+        edits[key] = proposed_quota(change, snapshot.quotas.get(key))
+    violations = check_quota_edits(snapshot, edits)
+    proposed = replace(snapshot, quotas={**snapshot.quotas, **edits})
+    clusters = {}
+    for cluster in Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True).order_by("name"):
+        target = kueue_target(cluster)
+        clusters[cluster.name] = preview(compile_kueue(snapshot, target), compile_kueue(proposed, target))
+    return Preview(violations, clusters)

@@ -1,0 +1,90 @@
+"""Kueue endpoints: desired objects, coverage, sync runs, preview."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from quotas.models import Cluster, Quota, SyncRun, SyncStatus
+from tests.kube_fake import FakeKueueServer
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def demo():
+    call_command("allot_demo")
+    return Cluster.objects.get(name="k8s-west")
+
+
+@pytest.fixture
+def admin_api(demo):
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="admin"))
+    return client
+
+
+@pytest.fixture
+def lead_api(demo):
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="lead-rl"))
+    return client
+
+
+def test_desired_objects_and_coverage(lead_api):
+    objects = lead_api.get("/api/v1/clusters/k8s-west/kueue/").json()
+    assert len(objects) == 45
+    queues = lead_api.get("/api/v1/clusters/k8s-west/kueue/", {"kind": "ClusterQueue"}).json()
+    assert {o["kind"] for o in queues} == {"ClusterQueue"} and len(queues) == 15
+    coverage = lead_api.get("/api/v1/clusters/k8s-west/coverage/").json()
+    by_term = {(c["subject"], c["term"]): c["how"] for c in coverage}
+    assert by_term[("quota", "guarantee")] == "enforced_by_kueue"
+    assert by_term[("contract standard", "min_run_window")] == "monitored_not_enforced"
+    assert by_term[("contract standard", "grace_period")] == "enforced_by_allot_webhook"
+    assert by_term[("tier P2", "max runtime")] == "enforced_by_allot_webhook"
+    slurm = lead_api.get("/api/v1/clusters/slurm-lab/kueue/")
+    assert slurm.status_code == 400 and "Kubernetes" in slurm.json()["cluster"][0]
+
+
+def test_sync_through_the_api_records_a_run(admin_api, demo, crd_schemas, django_capture_on_commit_callbacks):
+    with FakeKueueServer(crd_schemas) as fake:
+        demo.connection_ref = f"url:{fake.url}"
+        demo.save()
+        with django_capture_on_commit_callbacks(execute=True):
+            response = admin_api.post("/api/v1/clusters/k8s-west/sync/", {"reason": "first sync"}, format="json")
+        assert response.status_code == 202
+    run = SyncRun.objects.get()
+    assert run.status == SyncStatus.APPLIED and run.reason == "first sync"
+    listed = admin_api.get("/api/v1/sync-runs/", {"cluster": "k8s-west"}).json()
+    assert listed["count"] == 1 and listed["results"][0]["counts"] == {"created": 45}
+    detail = admin_api.get(f"/api/v1/sync-runs/{run.pk}/").json()
+    assert len(detail["results"]) == 45 and detail["results"][0]["kind"] == "ResourceFlavor"
+
+
+def test_sync_needs_an_admin_and_a_reason(admin_api, lead_api):
+    assert lead_api.post("/api/v1/clusters/k8s-west/sync/", {"reason": "x"}, format="json").status_code == 403
+    missing = admin_api.post("/api/v1/clusters/k8s-west/sync/", {}, format="json")
+    assert missing.status_code == 400 and "reason" in missing.json()
+
+
+def test_preview_shows_violations_and_the_object_diff(lead_api):
+    rl = Quota.objects.get(unit__path="acme/research/rl", flavor__name="a100-80gb", resource="nvidia.com/gpu")
+    body = {"changes": [{"unit": rl.unit_id, "flavor": rl.flavor_id, "resource": "gpu", "guarantee": 20}]}
+    preview = lead_api.post("/api/v1/preview/", body, format="json").json()
+    assert preview["violations"] == []
+    plans = {(p["kind"], p["name"]): p["changes"] for p in preview["clusters"]["k8s-west"]}
+    assert set(plans) == {("ClusterQueue", "acme.research.rl"), ("Cohort", "acme.research")}
+    assert plans[("ClusterQueue", "acme.research.rl")] == [
+        {"path": "spec.resourceGroups[0].flavors[2].resources[2].nominalQuota", "desired": "20", "actual": "18"}
+    ]
+    too_much = {"changes": [{**body["changes"][0], "guarantee": 60}]}
+    preview = lead_api.post("/api/v1/preview/", too_much, format="json").json()
+    assert preview["violations"][0]["code"] == "children_exceed_guarantee"
+    assert Quota.objects.get(pk=rl.pk).guarantee == 18  # nothing saved
+
+
+def test_preview_of_a_slurm_only_flavor_changes_no_kueue_object(lead_api):
+    rl = Quota.objects.get(unit__path="acme/research/rl", flavor__name="h100", resource="nvidia.com/gpu")
+    body = {"changes": [{"unit": rl.unit_id, "flavor": rl.flavor_id, "resource": "gpu", "guarantee": 2}]}
+    preview = lead_api.post("/api/v1/preview/", body, format="json").json()
+    assert preview == {"violations": [], "clusters": {"k8s-west": []}}
