@@ -71,6 +71,11 @@ class ResourceFlavor(models.Model):
     node_labels = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
     billing_weight = models.DecimalField(max_digits=8, decimal_places=3, default=1)
+    queue_order = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Position in Kueue ClusterQueues, which try flavors in order; ties go to the lowest "
+        "billing weight, so older, cheaper pools fill first.",
+    )
     price_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
 
     class Meta:
@@ -171,6 +176,12 @@ class OrgUnit(models.Model):
         WorkloadTier, blank=True, related_name="units", help_text="Empty inherits the parent's tiers."
     )
     slurm_account = models.CharField(max_length=63, blank=True, validators=[slug_validator])
+    kueue_name = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Name of its Kueue Cohort/ClusterQueue when adopted from an existing cluster; empty: the "
+        "unit path with dots (acme.research.nlp).",
+    )
     archived_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -244,6 +255,9 @@ class NamespaceBinding(models.Model):
     unit = models.ForeignKey(OrgUnit, on_delete=PROTECT, related_name="namespaces")
     cluster = models.ForeignKey(Cluster, on_delete=PROTECT, related_name="namespaces")
     namespace = models.CharField(max_length=63, validators=[slug_validator])
+    local_queue_name = models.CharField(
+        max_length=253, blank=True, help_text="Name of its LocalQueue when adopted; empty: the ClusterQueue's name."
+    )
 
     class Meta:
         ordering = ["cluster__name", "namespace"]

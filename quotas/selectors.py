@@ -75,8 +75,9 @@ def _snapshot(units: QuerySet[OrgUnit], quotas: QuerySet[Quota], *, complete: bo
             row["path"],
             float(row["weight"]),
             contract_names.get(row["contract_id"]),
+            row["kueue_name"] or None,
         )
-        for row in units.values("id", "slug", "kind", "parent_id", "path", "weight", "contract_id")
+        for row in units.values("id", "slug", "kind", "parent_id", "path", "weight", "contract_id", "kueue_name")
     }
     quota_map = {
         (row["unit_id"], keys[row["flavor_id"]], Resource(row["resource"])): snap.Quota(
@@ -170,19 +171,24 @@ def kueue_target(cluster: Cluster) -> KueueTarget:
             node_labels=row["node_labels"] or {},
             tolerations=tuple(row["tolerations"] or ()),
             billing_weight=float(row["billing_weight"]),
+            order=row["queue_order"],
         )
         for row in ResourceFlavor.objects.filter(cluster=cluster).values(
-            "name", "node_labels", "tolerations", "billing_weight"
+            "name", "node_labels", "tolerations", "billing_weight", "queue_order"
         )
     )
     namespaces: dict[int, list[str]] = {}
-    for unit_id, namespace in NamespaceBinding.objects.filter(
+    local_queues: dict[str, str] = {}
+    for unit_id, namespace, local_queue in NamespaceBinding.objects.filter(
         cluster=cluster, unit__archived_at__isnull=True
-    ).values_list("unit_id", "namespace"):
+    ).values_list("unit_id", "namespace", "local_queue_name"):
         namespaces.setdefault(unit_id, []).append(namespace)
+        if local_queue:
+            local_queues[namespace] = local_queue
     return KueueTarget(
         cluster=cluster.name,
         flavors=flavors,
         namespaces={unit: tuple(sorted(found)) for unit, found in namespaces.items()},
+        local_queue_names=local_queues,
         revision=policy_revision(),
     )

@@ -120,6 +120,11 @@ class KueueClient:
         )
         return [dict(item) for item in found.get("items", [])]
 
+    def list_all(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind``, Allot's or not (for adopting an existing setup)."""
+        found = self._call(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
+        return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, **item} for item in found.get("items", [])]
+
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         try:
             if namespace:

@@ -43,6 +43,8 @@ class Unit:
     weight: float = 1.0
     contract: str | None = None
     """Name of the contract set on this unit; ``None`` inherits the parent's."""
+    kueue_name: str | None = None
+    """Name of its Kueue objects when imported under another name; ``None``: derived from the path."""
 
 
 @dataclass(frozen=True, slots=True)

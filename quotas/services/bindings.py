@@ -13,7 +13,9 @@ from .locks import lock_units
 
 
 @transaction.atomic
-def namespace_bind(*, actor: Actor, reason: str, unit: OrgUnit, cluster: Cluster, namespace: str) -> NamespaceBinding:
+def namespace_bind(
+    *, actor: Actor, reason: str, unit: OrgUnit, cluster: Cluster, namespace: str, local_queue_name: str = ""
+) -> NamespaceBinding:
     """Bind a namespace of a Kubernetes cluster to ``unit``. A namespace belongs to one unit only."""
     reason = require_reason(reason)
     if cluster.kind != ClusterKind.KUBERNETES:
@@ -30,7 +32,7 @@ def namespace_bind(*, actor: Actor, reason: str, unit: OrgUnit, cluster: Cluster
             f"{cluster.name}/{namespace} is already bound to {holder.unit.path}",
             "unbind it there first: a namespace belongs to exactly one unit",
         )
-    binding = NamespaceBinding(unit=unit, cluster=cluster, namespace=namespace)
+    binding = NamespaceBinding(unit=unit, cluster=cluster, namespace=namespace, local_queue_name=local_queue_name)
     binding.full_clean(validate_constraints=False)
     binding.save()
     audit_write(

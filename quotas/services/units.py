@@ -82,6 +82,7 @@ def org_unit_create(
     contract: ReclamationContract | None = None,
     slurm_account: str = "",
     leads: Iterable[User] = (),
+    kueue_name: str = "",
 ) -> OrgUnit:
     """Create a unit under ``parent`` (``None``: a new organisation). Locks the parent.
 
@@ -111,6 +112,7 @@ def org_unit_create(
         description=description,
         contract=contract,
         slurm_account=slurm_account,
+        kueue_name=kueue_name,
         path=path,
         depth=0 if parent is None else parent.depth + 1,
     )

@@ -53,6 +53,7 @@ class KueueFlavor:
     node_taints: tuple[Mapping[str, Any], ...] = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     billing_weight: float = 1.0
+    order: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class KueueTarget:
     cluster: str
     flavors: tuple[KueueFlavor, ...]
     namespaces: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    local_queue_names: Mapping[str, str] = field(default_factory=dict)
+    """LocalQueue name per namespace where it was adopted under another name."""
     revision: int = 0
 
 
@@ -93,7 +96,7 @@ class _Compiler:
     def __init__(self, snapshot: OrgSnapshot, target: KueueTarget) -> None:
         self.s = snapshot
         self.t = target
-        self.flavors = sorted(target.flavors, key=lambda f: (f.billing_weight, f.name))
+        self.flavors = sorted(target.flavors, key=lambda f: (f.order, f.billing_weight, f.name))
         keys = {f.key for f in target.flavors}
         self.resources = sorted(
             {r for (u, fk, r), q in snapshot.quotas.items() if fk in keys and q.guarantee > 0 and u in snapshot.units},
@@ -140,7 +143,7 @@ class _Compiler:
         pending: list[tuple[int, str | None]] = [(root, None) for root in self.children(None)]
         while pending:
             uid, parent = pending.pop(0)
-            name = kueue_name(self.s.units[uid].path)
+            name = self.s.units[uid].kueue_name or kueue_name(self.s.units[uid].path)
             if len(name) > MAX_NAME:
                 raise CompileError(f"{self.s.units[uid].path}: the Kueue name {name[:40]}… is longer than {MAX_NAME}")
             if self.is_cohort(uid):
@@ -256,7 +259,7 @@ class _Compiler:
         return {
             "apiVersion": API_VERSION,
             "kind": "LocalQueue",
-            "metadata": self.meta(queue, self.s.units[uid].path, namespace),
+            "metadata": self.meta(self.t.local_queue_names.get(namespace, queue), self.s.units[uid].path, namespace),
             "spec": {"clusterQueue": queue},
         }
 

@@ -1,0 +1,111 @@
+"""Benchmark the Kueue translator and diff.
+
+    python bench/kueue.py
+
+Workload: a 3-level cohort tree (1 organisation, 20 departments, 400 teams, all Cohorts) over
+10,000 project ClusterQueues, 4 flavors × 3 resources, a namespace and LocalQueue per project, 4
+tiers: compiled from scratch (compile_s); then diffed against an identical actual set as a server
+returns it — defaults, resourceVersions and managedFields added (diff_s); then validated against
+the real CRD schemas, CEL and webhook rules (validate_s, needs ../shared/reference/kueue-crds).
+Prints the figures; the LAST line is key=value pairs.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml
+
+from quotas.policy import Resource, UnitKind
+from quotas.policy.builder import TreeBuilder
+from quotas.policy.kueue import KueueFlavor, KueueTarget, compile_kueue, object_key
+from quotas.policy.kueue.diff import Action, plan_sync
+from quotas.policy.kueue.schema import CrdSchemas
+from quotas.policy.kueue.validate import validate_objects
+from quotas.policy.snapshot import Tier
+
+FLAVORS = ("west/a100-80gb", "west/a100-40gb", "west/v100-32gb", "west/h100-80gb")
+RESOURCES = ((Resource.GPU, 1), (Resource.CPU, 12_000), (Resource.MEMORY, 128 * 2**30))
+QUEUES, DEPTS, TEAMS_PER_DEPT = 10_000, 20, 20
+CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "kueue-crds"
+
+
+def build() -> tuple[TreeBuilder, KueueTarget]:
+    b = TreeBuilder()
+    for key in FLAVORS:
+        b.flavor(key, 2_000_000)
+    org = b.unit("acme", UnitKind.ORGANISATION)
+    g = {org: 1_600_000}
+    teams = []
+    for d in range(DEPTS):
+        dept = b.unit(f"d{d}", UnitKind.DEPARTMENT, org)
+        g[dept] = g[org] // DEPTS
+        for t in range(TEAMS_PER_DEPT):
+            team = b.unit(f"t{t}", UnitKind.TEAM, dept, weight=1 + t % 3)
+            g[team] = g[dept] // TEAMS_PER_DEPT
+            teams.append(team)
+    namespaces = {}
+    per_team = QUEUES // len(teams)
+    for i in range(QUEUES):
+        project = b.unit(f"p{i}", UnitKind.PROJECT, teams[i % len(teams)])
+        g[project] = g[teams[i % len(teams)]] // (per_team + 1)
+        namespaces[project] = (f"ns-{i}",)
+    for uid, guarantee in g.items():
+        for key in FLAVORS:
+            for resource, scale in RESOURCES:
+                b.quota(uid, key, resource, guarantee * scale, guarantee * scale // 4, guarantee * scale // 2)
+    for i, name in enumerate(("P0", "P1", "P2", "P3")):
+        b.tiers[name] = Tier(name, 10 ** (5 - i), i == 3, display_name=name)
+    flavors = tuple(
+        KueueFlavor(k, k.split("/")[1], {"pool": k.split("/")[1]}, billing_weight=i) for i, k in enumerate(FLAVORS)
+    )
+    return b, KueueTarget("west", flavors, namespaces, revision=1)
+
+
+def as_returned(obj: dict) -> dict:
+    back = copy.deepcopy(obj)
+    back["metadata"].update(uid="00000000-0000-0000-0000-000000000000", resourceVersion="1", generation=1)
+    if back["kind"] == "ClusterQueue":
+        back["spec"]["stopPolicy"] = "None"
+    back["metadata"]["managedFields"] = [
+        {"manager": "allot", "operation": "Apply", "fieldsV1": {"f:spec": {f"f:{k}": {} for k in obj.get("spec", {})}}}
+    ]
+    return back
+
+
+def main() -> None:
+    b, target = build()
+    snapshot = b.build()
+    start = time.perf_counter()
+    objects = compile_kueue(snapshot, target)
+    compile_s = time.perf_counter() - start
+    queues = sum(o["kind"] == "ClusterQueue" for o in objects)
+    print(f"compiled {len(objects)} objects ({queues} ClusterQueues) in {compile_s:.3f} s")
+    actual = {object_key(o): as_returned(o) for o in objects}
+    start = time.perf_counter()
+    plans = plan_sync(objects, actual)
+    diff_s = time.perf_counter() - start
+    unchanged = sum(p.action is Action.UNCHANGED for p in plans)
+    assert unchanged == len(objects), "an identical set must diff clean"
+    print(f"diffed against an identical actual set in {diff_s:.3f} s ({unchanged} unchanged)")
+    figures = f"compile_s={compile_s:.3f} diff_s={diff_s:.3f} objects={len(objects)} cluster_queues={queues}"
+    if CRDS.is_dir():
+        schemas = CrdSchemas(
+            yaml.safe_load(f.read_text()) for f in sorted(CRDS.glob("*.yaml")) if "workloads" not in f.name
+        )
+        start = time.perf_counter()
+        problems = validate_objects(objects, schemas)
+        validate_s = time.perf_counter() - start
+        assert problems == [], problems[:3]
+        print(f"validated against the CRD schemas, CEL and webhook rules in {validate_s:.3f} s")
+        figures += f" validate_s={validate_s:.3f}"
+    print(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from quotas import services
+from quotas.errors import InputError
+from quotas.integrations.kubernetes import PLURALS, ClusterCallError, KueueClient, api_client_for
+from quotas.models import Cluster, ClusterKind
+from quotas.policy.violations import PolicyViolationError
+from quotas.services.kueue_import import kueue_import
+
+
+class Command(BaseCommand):
+    help = (
+        "Build units, flavors, quotas and namespace bindings from existing Kueue objects: a directory of "
+        "YAML files or a live cluster. All or nothing."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--from-dir", type=Path, help="directory of Kueue v1beta2 YAML (*.yaml, *.yml)")
+        source.add_argument("--from-cluster", action="store_true", help="read the objects from --cluster itself")
+        parser.add_argument("--cluster", required=True, help="the Allot cluster to import into (created if new)")
+        parser.add_argument("--connection-ref", default="", help="for a new cluster: kubeconfig:/path, in-cluster …")
+        parser.add_argument("--reason", default="adopted from an existing Kueue setup")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        cluster = Cluster.objects.filter(name=options["cluster"]).first()
+        if cluster is None:
+            cluster = services.cluster_set(
+                actor=None,
+                reason=options["reason"],
+                name=options["cluster"],
+                kind=ClusterKind.KUBERNETES,
+                connection_ref=options["connection_ref"],
+            )
+        objects = self._from_dir(options["from_dir"]) if options["from_dir"] else self._from_cluster(cluster)
+        try:
+            result = kueue_import(actor=None, reason=options["reason"], cluster=cluster, objects=objects)
+        except InputError as exc:
+            raise CommandError(str(exc)) from exc
+        except PolicyViolationError as exc:
+            lines = "\n".join(f"  - {v.message}. {v.hint}" for v in exc.violations)
+            raise CommandError(f"the objects break Allot's invariants; nothing was imported:\n{lines}") from exc
+        for note in result.notes:
+            self.stdout.write(f"note: {note}")
+        self.stdout.write(
+            f"imported {result.units} units, {result.quotas} quotas, {result.flavors} flavors, "
+            f"{result.namespaces} namespaces into {cluster.name}"
+        )
+
+    def _from_dir(self, directory: Path) -> list[dict[str, Any]]:
+        if not directory.is_dir():
+            raise CommandError(f"{directory} is not a directory")
+        objects = []
+        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+            try:
+                objects += [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)]
+            except yaml.YAMLError as exc:
+                raise CommandError(f"{path}: not valid YAML: {exc}") from exc
+        return objects
+
+    def _from_cluster(self, cluster: Cluster) -> list[dict[str, Any]]:
+        try:
+            client = KueueClient(api_client_for(cluster.connection_ref))
+            return [obj for kind in PLURALS for obj in client.list_all(kind)]
+        except (ValueError, ClusterCallError) as exc:
+            raise CommandError(f"cannot read {cluster.name}: {exc}") from exc
