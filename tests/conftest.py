@@ -145,3 +145,14 @@ def crd_schemas(shared_reference: Path):
 
     files = sorted((shared_reference / "kueue-crds").glob("kueue.x-k8s.io_*.yaml"))
     return CrdSchemas(yaml.safe_load(f.read_text()) for f in files if "workloads" not in f.name)
+
+
+@pytest.fixture
+def demo(db):
+    """The demo organisation (as `./dev run` loads it); returns its Kubernetes cluster."""
+    from django.core.management import call_command
+
+    from quotas.models import Cluster
+
+    call_command("allot_demo")
+    return Cluster.objects.get(name="k8s-west")

@@ -2,19 +2,12 @@
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from quotas.models import Cluster, Quota, SyncRun, SyncStatus
+from quotas.models import Quota, SyncRun, SyncStatus
 from tests.kube_fake import FakeKueueServer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def demo():
-    call_command("allot_demo")
-    return Cluster.objects.get(name="k8s-west")
 
 
 @pytest.fixture

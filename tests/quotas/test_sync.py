@@ -1,7 +1,6 @@
 """Sync of the demo organisation to a cluster, through the official client, end to end."""
 
 import pytest
-from django.core.management import call_command
 
 from quotas import services
 from quotas.integrations.kubernetes import KueueClient, api_client_for
@@ -11,12 +10,6 @@ from quotas.services.sync import cluster_sync
 from tests.kube_fake import FakeKueueServer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def demo():
-    call_command("allot_demo")
-    return Cluster.objects.get(name="k8s-west")
 
 
 @pytest.fixture
