@@ -84,3 +84,21 @@ class AuditEventAdmin(ReadOnlyAdmin):
     list_filter = ["action", "object_type"]
     search_fields = ["object_repr", "unit_path", "reason", "actor_name"]
     date_hierarchy = "at"
+
+
+class SyncObjectInline(admin.TabularInline):
+    model = models.SyncObject
+    extra = 0
+    fields = ["kind", "namespace", "name", "outcome", "message"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(models.SyncRun)
+class SyncRunAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "cluster", "mode", "status", "message"]
+    list_filter = ["cluster", "mode", "status"]
+    inlines = [SyncObjectInline]
