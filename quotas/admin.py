@@ -89,8 +89,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
 class SyncObjectInline(admin.TabularInline):
     model = models.SyncObject
     extra = 0
-    fields = ["kind", "namespace", "name", "outcome", "message"]
-    readonly_fields = fields
+    fields = readonly_fields = ("kind", "namespace", "name", "outcome", "message")
     can_delete = False
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

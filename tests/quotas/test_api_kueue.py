@@ -39,7 +39,12 @@ def test_desired_objects_and_coverage(lead_api):
     assert slurm.status_code == 400 and "Kubernetes" in slurm.json()["cluster"][0]
 
 
-def test_sync_through_the_api_records_a_run(admin_api, demo, crd_schemas, django_capture_on_commit_callbacks):
+def test_sync_through_the_api_records_a_run(
+    admin_api, demo, crd_schemas, django_capture_on_commit_callbacks, monkeypatch
+):
+    from config.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)  # in-process; tests/quotas/test_tasks.py runs a worker
     with FakeKueueServer(crd_schemas) as fake:
         demo.connection_ref = f"url:{fake.url}"
         demo.save()

@@ -60,3 +60,22 @@ def test_policy_check_runs_on_a_real_worker(org, worker, settings):
     finally:
         app.conf.task_always_eager = eager
     assert result == {"units": 6, "quotas": 6, "violations": 0}
+
+
+def test_cluster_sync_runs_on_a_real_worker(demo, worker, crd_schemas):
+    from quotas.models import SyncRun, SyncStatus
+    from quotas.tasks import cluster_sync_task
+    from tests.kube_fake import FakeKueueServer
+
+    with FakeKueueServer(crd_schemas) as fake:
+        demo.connection_ref = f"url:{fake.url}"
+        demo.save()
+        eager = app.conf.task_always_eager
+        app.conf.task_always_eager = False
+        try:
+            result = cluster_sync_task.delay(demo.pk, "apply", "worker test").get(timeout=120)
+        finally:
+            app.conf.task_always_eager = eager
+    assert result["status"] == SyncStatus.APPLIED and result["counts"] == {"created": 45}
+    assert SyncRun.objects.get(pk=result["run"]).reason == "worker test"
+    assert len(fake.writes()) == 45
