@@ -154,6 +154,23 @@ _REFERENCE_CRDS = BASE_DIR.parent / "shared" / "reference" / "kueue-crds"
 ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(_REFERENCE_CRDS) if _REFERENCE_CRDS.is_dir() else "")
 # ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
 
+# --- admission webhooks (ALLOT_ADMISSION_*) ----------------------------------------------------
+ALLOT_ADMISSION_CLUSTER = env_str("ALLOT_ADMISSION_CLUSTER", "")  # empty: the only Kubernetes cluster
+ALLOT_ADMISSION_AUTH = env_str("ALLOT_ADMISSION_AUTH", "token")  # token | client-cert | none
+ALLOT_ADMISSION_TOKEN = env_str("ALLOT_ADMISSION_TOKEN", "")
+ALLOT_ADMISSION_CLIENT_CERT_HEADER = env_str("ALLOT_ADMISSION_CLIENT_CERT_HEADER", "X-Client-Verify")
+ALLOT_ADMISSION_REFRESH_SECONDS = env_int("ALLOT_ADMISSION_REFRESH_SECONDS", 5)
+ALLOT_ADMISSION_MAX_BODY_BYTES = env_int("ALLOT_ADMISSION_MAX_BODY_BYTES", 3 * 1024 * 1024)
+ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list("ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"])
+ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000)
+ALLOT_ADMISSION_BACKGROUND = env_bool("ALLOT_ADMISSION_BACKGROUND", True)
+if ALLOT_ADMISSION_AUTH not in ("token", "client-cert", "none"):
+    raise ImproperlyConfigured("ALLOT_ADMISSION_AUTH must be token, client-cert or none")
+if env_bool("ALLOT_WEBHOOK_ONLY", False):
+    # the webhook deployment: same code, only the admission endpoints and the smallest middleware stack
+    ROOT_URLCONF = "config.urls_admission"
+    MIDDLEWARE = []
+
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
 EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")

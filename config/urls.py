@@ -6,6 +6,7 @@ urlpatterns = [
     path("", include("quotas.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("admission/", include("admission.urls")),
     path("api/v1/", include("quotas.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -1,6 +1,8 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from admission.api import AdmissionDecisionViewSet
+
 from . import views
 
 router = DefaultRouter()
@@ -13,6 +15,7 @@ router.register("units", views.UnitViewSet)
 router.register("quotas", views.QuotaViewSet)
 router.register("audit", views.AuditViewSet)
 router.register("sync-runs", views.SyncRunViewSet)
+router.register("admission-decisions", AdmissionDecisionViewSet)
 
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),

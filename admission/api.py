@@ -1,0 +1,52 @@
+"""The decision log in the API: a lead sees why a job was refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from rest_framework import mixins, serializers, viewsets
+
+from admission.models import AdmissionDecision
+
+
+class AdmissionDecisionOut(serializers.ModelSerializer):
+    class Meta:
+        model = AdmissionDecision
+        fields = [
+            "id",
+            "at",
+            "cluster",
+            "webhook",
+            "uid",
+            "namespace",
+            "kind",
+            "name",
+            "operation",
+            "allowed",
+            "reason",
+            "message",
+            "unit_path",
+            "owner",
+            "latency_ms",
+        ]
+
+
+class DecisionFilter(django_filters.FilterSet):
+    within = django_filters.CharFilter(method="filter_within", help_text="A unit path: decisions for it and below.")
+
+    class Meta:
+        model = AdmissionDecision
+        fields = ["namespace", "reason", "allowed", "owner", "cluster", "webhook", "uid"]
+
+    def filter_within(self, queryset: QuerySet[AdmissionDecision], name: str, value: str) -> QuerySet[Any]:
+        return queryset.filter(Q(unit_path=value) | Q(unit_path__startswith=f"{value}/"))
+
+
+class AdmissionDecisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Recent admission decisions, newest first (bounded: the oldest are dropped)."""
+
+    queryset = AdmissionDecision.objects.all()
+    serializer_class = AdmissionDecisionOut
+    filterset_class = DecisionFilter

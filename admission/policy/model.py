@@ -1,0 +1,156 @@
+"""The admission policy of one Kubernetes cluster, compiled for lookups in memory.
+
+Built from the same snapshot the Kueue translator reads, so the webhook asks exactly what the
+cluster's queues allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from quotas.policy.kueue.translate import KueueTarget, kueue_name, priority_class_name
+from quotas.policy.quantity import Resource
+from quotas.policy.snapshot import OrgSnapshot
+
+LABEL_OWNER = "allot.dev/owner"
+LABEL_PROJECT = "allot.dev/project"
+LABEL_TIER = "allot.dev/tier"
+LABEL_CONTRACT = "allot.dev/contract"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
+LABEL_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
+ANNOTATION_CHECKPOINT = "allot.dev/checkpoint-every"
+ANNOTATION_GPU_MEMORY = "allot.dev/gpu-memory-gb"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorRule:
+    name: str
+    node_labels: Mapping[str, str]
+    device_memory_gb: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierRule:
+    name: str
+    priority_class: str
+    priority: int
+    max_runtime_s: int | None
+    opportunistic: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRule:
+    namespace: str
+    unit_path: str
+    queue: str
+    projects: frozenset[str]
+    """Accepted values of the project label: slugs and paths of the unit and its descendants."""
+    owners: frozenset[str]
+    """Leads and members (portal and Slurm usernames) of the unit, its ancestors and descendants."""
+    tiers: Mapping[str, TierRule]
+    default_tier: str | None
+    contract: str | None
+    grace_period_s: int | None
+    checkpoint_every_s: int | None
+    ceilings: Mapping[str, int]
+    """GPU ceiling per flavor name: the most this namespace's queue can ever hold."""
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    cluster: str
+    revision: int
+    namespaces: Mapping[str, NamespaceRule]
+    flavors: tuple[FlavorRule, ...] = ()
+    exempt_namespaces: frozenset[str] = field(default_factory=frozenset)
+
+
+def compile_policy(
+    snapshot: OrgSnapshot,
+    target: KueueTarget,
+    *,
+    members: Mapping[int, frozenset[str]],
+    allowed_tiers: Mapping[int, frozenset[str]],
+    flavor_memory: Mapping[str, int],
+) -> AdmissionPolicy:
+    """One rule per bound namespace. ``members``: usernames per unit; ``allowed_tiers``: tiers set on a
+    unit (empty inherits from the parent; nothing set anywhere allows every tier)."""
+    flavors = tuple(
+        FlavorRule(f.name, dict(f.node_labels), flavor_memory.get(f.key, 0))
+        for f in sorted(target.flavors, key=lambda f: f.name)
+    )
+    tiers = {
+        name: TierRule(name, priority_class_name(name), t.priority, t.max_runtime_s, t.opportunistic)
+        for name, t in snapshot.tiers.items()
+    }
+    rules = {}
+    for uid, namespaces in target.namespaces.items():
+        if uid not in snapshot.units:
+            continue
+        queue_unit = _queue_unit(snapshot, target, uid)
+        for namespace in namespaces:
+            rules[namespace] = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers)
+    return AdmissionPolicy(target.cluster, target.revision, rules, flavors)
+
+
+def _queue_unit(snapshot: OrgSnapshot, target: KueueTarget, uid: int) -> int:
+    """The unit whose ClusterQueue admits this unit's namespaces: the unit itself when it has quota on
+    the cluster, else the nearest ancestor that has (uncapped projects fold into their team)."""
+    keys = {f.key for f in target.flavors}
+    node: int | None = uid
+    while node is not None:
+        if any((node, key, Resource.GPU) in snapshot.quotas for key in keys):
+            return node
+        node = snapshot.units[node].parent_id if node in snapshot.units else None
+    return uid
+
+
+def _rule(
+    snapshot: OrgSnapshot,
+    target: KueueTarget,
+    uid: int,
+    queue_unit: int,
+    namespace: str,
+    tiers: Mapping[str, TierRule],
+    members: Mapping[int, frozenset[str]],
+    allowed_tiers: Mapping[int, frozenset[str]],
+) -> NamespaceRule:
+    unit = snapshot.units[uid]
+    family = [uid, *snapshot.ancestors(uid), *_descendants(snapshot, uid)]
+    projects = {snapshot.units[d].slug for d in [uid, *_descendants(snapshot, uid)]}
+    projects |= {snapshot.units[d].path for d in [uid, *_descendants(snapshot, uid)]}
+    allowed = next((allowed_tiers[u] for u in [uid, *snapshot.ancestors(uid)] if allowed_tiers.get(u)), None)
+    usable = {n: t for n, t in tiers.items() if allowed is None or n in allowed}
+    default = min(usable.values(), key=lambda t: t.priority).name if usable else None
+    contract = snapshot.effective_contract(uid)
+    queue = snapshot.units[queue_unit]
+    ceilings = {}
+    for flavor in target.flavors:
+        ceilings[flavor.name] = min(
+            snapshot.quota(u, flavor.key, Resource.GPU).ceiling for u in [queue_unit, *snapshot.ancestors(queue_unit)]
+        )
+    return NamespaceRule(
+        namespace=namespace,
+        unit_path=unit.path,
+        queue=target.local_queue_names.get(namespace, queue.kueue_name or kueue_name(queue.path)),
+        projects=frozenset(projects),
+        owners=frozenset().union(*(members.get(u, frozenset()) for u in family)),
+        tiers=usable,
+        default_tier=default,
+        contract=contract.name if contract else None,
+        grace_period_s=contract.grace_period_s if contract else None,
+        checkpoint_every_s=contract.checkpoint_every_s if contract else None,
+        ceilings=ceilings,
+    )
+
+
+def _descendants(snapshot: OrgSnapshot, uid: int) -> list[int]:
+    found: list[int] = []
+    pending = list(snapshot.children.get(uid, ()))
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(snapshot.children.get(node, ()))
+    return found

@@ -1,0 +1,58 @@
+"""Reads for the admission webhooks: the compiled policy of one cluster."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from admission.policy.model import AdmissionPolicy, compile_policy
+from quotas.models import Cluster, ClusterKind, Membership, OrgUnit, ResourceFlavor
+from quotas.selectors import kueue_target, org_snapshot, policy_revision
+
+
+def admission_cluster() -> Cluster:
+    """The cluster this webhook deployment serves: ALLOT_ADMISSION_CLUSTER, or the only one."""
+    name = settings.ALLOT_ADMISSION_CLUSTER
+    clusters = Cluster.objects.filter(kind=ClusterKind.KUBERNETES)
+    if name:
+        found = clusters.filter(name=name).first()
+        if found is None:
+            raise ImproperlyConfigured(f"ALLOT_ADMISSION_CLUSTER={name!r} is not a Kubernetes cluster in Allot")
+        return found
+    only = list(clusters[:2])
+    if len(only) != 1:
+        raise ImproperlyConfigured("set ALLOT_ADMISSION_CLUSTER: there is not exactly one Kubernetes cluster")
+    return only[0]
+
+
+def admission_policy(cluster: Cluster) -> AdmissionPolicy:
+    """Everything the webhook needs, compiled in a handful of queries."""
+    members: dict[int, set[str]] = {}
+    for unit_id, username, slurm in Membership.objects.values_list("unit_id", "user__username", "slurm_username"):
+        members.setdefault(unit_id, set()).update(n for n in (username, slurm) if n)
+    for unit_id, username in OrgUnit.leads.through.objects.values_list("orgunit_id", "user__username"):
+        members.setdefault(unit_id, set()).add(username)
+    allowed: dict[int, set[str]] = {}
+    for unit_id, tier in OrgUnit.allowed_tiers.through.objects.values_list("orgunit_id", "workloadtier__name"):
+        allowed.setdefault(unit_id, set()).add(tier)
+    memory = {
+        f"{cluster.name}/{name}": gb
+        for name, gb in ResourceFlavor.objects.filter(cluster=cluster).values_list("name", "device_memory_gb")
+    }
+    policy = compile_policy(
+        org_snapshot(),
+        kueue_target(cluster),
+        members={u: frozenset(m) for u, m in members.items()},
+        allowed_tiers={u: frozenset(t) for u, t in allowed.items()},
+        flavor_memory=memory,
+    )
+    return AdmissionPolicy(
+        policy.cluster,
+        policy.revision,
+        policy.namespaces,
+        policy.flavors,
+        frozenset(settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES),
+    )
+
+
+__all__ = ["admission_cluster", "admission_policy", "policy_revision"]

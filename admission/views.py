@@ -1,0 +1,183 @@
+"""Kubernetes admission webhooks: AdmissionReview v1 in, AdmissionReview v1 out.
+
+Answers come from the in-memory policy (no database on the hot path). Malformed input gets a 400
+that names the problem; anything Allot cannot decide is denied, never allowed by accident, and never
+a 500. Dry runs leave no trace in the decision log.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from admission.policy.decide import MAX_WARNING, Decision, Reason, decide
+from admission.runtime import DECISIONS, LATENCY, STATE, decision_row
+
+log = logging.getLogger("allot.admission")
+API_VERSION, KIND = "admission.k8s.io/v1", "AdmissionReview"
+
+
+def _bad(message: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"detail": message}, status=status)
+
+
+def _authenticated(request: HttpRequest) -> str | None:
+    """None when the caller may call; else why not."""
+    mode = settings.ALLOT_ADMISSION_AUTH
+    if mode == "none":
+        return None
+    if mode == "client-cert":
+        header = "HTTP_" + settings.ALLOT_ADMISSION_CLIENT_CERT_HEADER.upper().replace("-", "_")
+        return None if request.META.get(header) == "SUCCESS" else "a verified client certificate is required"
+    token = settings.ALLOT_ADMISSION_TOKEN
+    if not token:
+        return "no ALLOT_ADMISSION_TOKEN is configured: every call is refused"
+    sent = request.META.get("HTTP_AUTHORIZATION", "")
+    if not sent.startswith("Bearer ") or not hmac.compare_digest(sent[7:].encode(), token.encode()):
+        return "a valid bearer token is required"
+    return None
+
+
+def _read_review(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonResponse | None]:
+    if request.method != "POST":
+        return None, _bad("POST an AdmissionReview", 405)
+    refused = _authenticated(request)
+    if refused:
+        return None, _bad(refused, 401)
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.ALLOT_ADMISSION_MAX_BODY_BYTES:
+        return None, _bad(f"body of {length} bytes is larger than {settings.ALLOT_ADMISSION_MAX_BODY_BYTES}")
+    try:
+        review = json.loads(request.body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, _bad("body is not valid UTF-8")
+    except ValueError:
+        return None, _bad("body is not JSON")
+    if not isinstance(review, dict) or review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        return None, _bad(f"expected apiVersion {API_VERSION} and kind {KIND}")
+    inner = review.get("request")
+    if not isinstance(inner, dict) or not isinstance(inner.get("uid"), str) or not inner["uid"]:
+        return None, _bad("request.uid is missing")
+    return review, None
+
+
+def _answer(uid: str, decision: Decision, *, with_patch: bool) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "uid": uid,
+        "allowed": decision.allowed,
+        "auditAnnotations": {"reason": decision.reason.value},
+    }
+    if not decision.allowed:
+        response["status"] = {
+            "code": 403,
+            "reason": "Forbidden",
+            "message": f"Allot [{decision.reason.value}]: {decision.message}",
+        }
+    if decision.warnings:
+        response["warnings"] = [w[:MAX_WARNING] for w in decision.warnings]
+    if with_patch and decision.allowed and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+    return response
+
+
+def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
+    started = time.perf_counter()
+    review, error = _read_review(request)
+    if error is not None:
+        return error
+    assert review is not None
+    inner = review["request"]
+    try:
+        decision = decide(STATE.current(), inner, mutate=webhook == "mutate")
+    except Exception as exc:  # never a 500, never an accidental allow
+        log.exception("admission decision failed uid=%s", inner.get("uid"))
+        decision = Decision(
+            False,
+            Reason.MALFORMED,
+            f"Allot could not decide ({type(exc).__name__}); try again or ask the platform team",
+        )
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "response": _answer(inner["uid"], decision, with_patch=webhook == "mutate"),
+    }
+    latency = time.perf_counter() - started
+    DECISIONS.labels(webhook, decision.kind or "?", decision.reason.value, str(decision.allowed).lower()).inc()
+    LATENCY.labels(webhook).observe(latency)
+    log.info(
+        json.dumps(
+            {
+                "event": "admission",
+                "webhook": webhook,
+                "uid": inner["uid"],
+                "kind": decision.kind,
+                "namespace": inner.get("namespace"),
+                "allowed": decision.allowed,
+                "reason": decision.reason.value,
+                "dry_run": bool(inner.get("dryRun")),
+                "ms": round(latency * 1000, 3),
+            }
+        )
+    )
+    if not inner.get("dryRun"):
+        STATE.record(
+            decision_row(
+                webhook=webhook,
+                request=inner,
+                allowed=decision.allowed,
+                reason=decision.reason.value,
+                message=decision.message,
+                unit=decision.unit,
+                latency_ms=latency * 1000,
+            )
+        )
+    return HttpResponse(json.dumps(body), content_type="application/json")
+
+
+@csrf_exempt
+def validate(request: HttpRequest) -> HttpResponse:
+    return _serve(request, "validate")
+
+
+@csrf_exempt
+def mutate(request: HttpRequest) -> HttpResponse:
+    return _serve(request, "mutate")
+
+
+@csrf_exempt
+def noop(request: HttpRequest) -> HttpResponse:
+    """The same stack with no policy: parse, authenticate, echo the uid, allow. For benchmarks."""
+    review, error = _read_review(request)
+    if error is not None:
+        return error
+    assert review is not None
+    body = {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": review["request"]["uid"], "allowed": True}}
+    return HttpResponse(json.dumps(body), content_type="application/json")
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus metrics; with several workers set PROMETHEUS_MULTIPROC_DIR (prometheus_client's
+    multiprocess mode) so every worker's counts are summed."""
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    policy = STATE.policy
+    return JsonResponse({"ok": True, "policy_revision": policy.revision if policy else None})

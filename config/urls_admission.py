@@ -1,0 +1,5 @@
+"""URLs of the webhook deployment (ALLOT_WEBHOOK_ONLY=true): the admission endpoints only."""
+
+from django.urls import include, path
+
+urlpatterns = [path("admission/", include("admission.urls"))]
