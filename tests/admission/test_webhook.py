@@ -343,3 +343,11 @@ def test_fuzz_arbitrary_json_is_a_400_or_a_well_formed_denial(body):
     assert response.status_code in (200, 400)
     if response.status_code == 200:
         assert response.json()["response"]["allowed"] is False
+
+
+def test_the_webhook_deployment_serves_only_the_webhooks(settings):
+    settings.ROOT_URLCONF = "config.urls_admission"
+    settings.MIDDLEWARE = []
+    assert answer(post("validate", review(workload("Pod"), "", "Pod")))["allowed"] is True
+    assert Client().get("/api/v1/units/").status_code == 404
+    assert Client().get("/admission/healthz").json()["ok"] is True

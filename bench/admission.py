@@ -1,0 +1,241 @@
+"""Benchmark the admission webhook in its production configuration, on loopback.
+
+    python bench/admission.py
+
+Starts gunicorn with deploy/gunicorn.conf.py and ALLOT_WEBHOOK_ONLY=true against a database holding
+the demo organisation (DATABASE_URL, or a fresh SQLite file), then drives it with wrk (installed
+with apt-get when missing) for 10 s at 1, 16 and 64 connections: first /admission/k8s/validate with
+the captured AdmissionReviews plus synthetic ones of every kind (allowed and denied), then the
+no-policy endpoint /admission/k8s/noop of the same stack. Prints the figures; the LAST line is
+key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT.parent / "shared" / "reference" / "admission-samples"
+TOKEN = "bench-token"
+DURATION = int(os.environ.get("BENCH_SECONDS", "10"))
+LUA = """
+local bodies = {}
+init = function(args)
+  for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+  math.randomseed(os.time() + math.floor(os.clock() * 1000000))
+end
+request = function()
+  return wrk.format("POST", wrk.path, nil, bodies[math.random(#bodies)])
+end
+"""
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk with apt-get …", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
+    return shutil.which("wrk") or "wrk"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bodies() -> list[str]:
+    """Captured requests (their namespace is unbound: denials) and synthetic ones for every kind."""
+    found = [json.dumps(json.loads(p.read_text())) for p in sorted(SAMPLES.glob("*.json"))]
+    labels = {
+        "allot.dev/owner": "alice",
+        "allot.dev/project": "llm-pretrain",
+        "allot.dev/tier": "P1",
+        "allot.dev/contract": "research-relaxed",
+        "kueue.x-k8s.io/queue-name": "acme.research.nlp",
+        "kueue.x-k8s.io/priority-class": "allot-p1",
+    }
+    pod = {"containers": [{"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    template = {"spec": pod}
+    kinds = {
+        ("", "Pod"): pod,
+        ("batch", "Job"): {"parallelism": 4, "template": template},
+        ("jobset.x-k8s.io", "JobSet"): {
+            "replicatedJobs": [
+                {"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": template}}}
+            ]
+        },
+        ("kubeflow.org", "PyTorchJob"): {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": 3, "template": template},
+            }
+        },
+        ("ray.io", "RayJob"): {
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": template},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "template": template}],
+            }
+        },
+        ("kueue.x-k8s.io", "Workload"): {"podSets": [{"name": "main", "count": 4, "template": template}]},
+    }
+    for i, ((group, kind), spec) in enumerate(kinds.items()):
+        for variant, (owner, gpus) in enumerate((("alice", "2"), ("alice", "500"), ("mallory", "1"))):
+            text = json.dumps(spec).replace('"nvidia.com/gpu": "2"', f'"nvidia.com/gpu": "{gpus}"')
+            found.append(
+                json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "request": {
+                            "uid": f"bench-{i}-{variant}",
+                            "kind": {"group": group, "version": "v1", "kind": kind},
+                            "namespace": "nlp",
+                            "operation": "CREATE",
+                            "dryRun": False,
+                            "object": {
+                                "metadata": {
+                                    "name": f"w{i}",
+                                    "namespace": "nlp",
+                                    "labels": {**labels, "allot.dev/owner": owner},
+                                },
+                                "spec": json.loads(text),
+                            },
+                        },
+                    }
+                )
+            )
+    return found
+
+
+def _find(pattern: str, text: str) -> re.Match[str]:
+    found = re.search(pattern, text, re.M)
+    if found is None:
+        raise RuntimeError(f"wrk printed no {pattern!r}:\n{text}")
+    return found
+
+
+def run_wrk(wrk: str, url: str, script: Path, data: Path, connections: int) -> tuple[float, float, float]:
+    threads = min(connections, 2)
+    out = subprocess.run(
+        [
+            wrk,
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{DURATION}s",
+            "--latency",
+            "-s",
+            str(script),
+            "-H",
+            f"Authorization: Bearer {TOKEN}",
+            "-H",
+            "Content-Type: application/json",
+            url,
+            "--",
+            str(data),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rps = float(_find(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"{errors[1]} non-2xx responses from {url}:\n{out}")
+
+    def pct(p: str) -> float:
+        value, unit = _find(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out).groups()
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    return rps, pct("50"), pct("99")
+
+
+def main() -> None:
+    wrk = ensure_wrk()
+    work = Path(tempfile.mkdtemp(prefix="allot-bench-"))
+    env = {
+        **os.environ,
+        "ALLOT_SECRET_KEY": "bench-only",
+        "ALLOT_VAR_DIR": str(work),
+        "ALLOT_ADMISSION_TOKEN": TOKEN,
+        "ALLOT_ADMISSION_CLUSTER": "k8s-west",
+        "ALLOT_LOG_LEVEL": os.environ.get("ALLOT_LOG_LEVEL", "INFO"),
+    }
+    python = sys.executable
+    subprocess.run([python, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([python, "manage.py", "allot_demo"], cwd=ROOT, env=env, check=True, capture_output=True)
+    (work / "bodies.txt").write_text("\n".join(bodies()) + "\n")
+    (work / "post.lua").write_text(LUA)
+    port = free_port()
+    server_log = open(work / "gunicorn.log", "w")  # noqa: SIM115 - closed with the server
+    server = subprocess.Popen(
+        [python, "-m", "gunicorn", "config.wsgi", "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=server_log,
+        stderr=server_log,
+        env={**env, "ALLOT_WEBHOOK_ONLY": "true"},
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}/admission"
+    figures: dict[str, float] = {}
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{base}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        mix = {"allowed": 0, "denied": 0}
+        for _ in range(4):  # warms every worker's policy cache, and shows the mix of decisions driven
+            for body in bodies():
+                req = urllib.request.Request(
+                    f"{base}/k8s/validate",
+                    data=body.encode(),
+                    method="POST",
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                )
+                answer = json.loads(urllib.request.urlopen(req, timeout=10).read())["response"]
+                mix["allowed" if answer["allowed"] else "denied"] += 1
+        print(
+            f"request mix: {len(bodies())} distinct reviews, {mix['allowed'] // 4} allowed and "
+            f"{mix['denied'] // 4} denied",
+            flush=True,
+        )
+        for connections in (1, 16, 64):
+            rps, p50, p99 = run_wrk(wrk, f"{base}/k8s/validate", work / "post.lua", work / "bodies.txt", connections)
+            noop_rps, _, _ = run_wrk(wrk, f"{base}/k8s/noop", work / "post.lua", work / "bodies.txt", connections)
+            print(
+                f"{connections:>2} connections: validate {rps:,.0f} reviews/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms; "
+                f"no-policy {noop_rps:,.0f}/s; ratio {rps / noop_rps:.2f}",
+                flush=True,
+            )
+            figures.update(
+                {
+                    f"rps_{connections}": rps,
+                    f"p50_ms_{connections}": p50,
+                    f"p99_ms_{connections}": p99,
+                    f"noop_rps_{connections}": noop_rps,
+                    f"ratio_{connections}": rps / noop_rps,
+                }
+            )
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        server_log.close()
+    print(" ".join(f"{k}={v:.0f}" if k.startswith(("rps", "noop")) else f"{k}={v:.2f}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
