@@ -130,6 +130,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "ClusterKindEnum": "quotas.models.ClusterKind",
         "UnitKindEnum": ["organisation", "department", "team", "project"],
+        "SyncStatusEnum": "quotas.models.SyncStatus",
+        "ChangeRequestStatusEnum": "quotas.models.ChangeRequestStatus",
     },
 }
 

@@ -390,3 +390,36 @@ class SyncObject(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class ChangeRequestStatus(models.TextChoices):
+    PENDING = "pending", "Waiting for approval"
+    APPLIED = "applied", "Approved and applied"
+    REJECTED = "rejected", "Rejected"
+    STALE = "stale", "Refused at approval: things changed since it was made"
+
+
+class ChangeRequest(models.Model):
+    """A quota change above the requester's envelope, waiting for someone above to decide."""
+
+    unit = models.ForeignKey(
+        OrgUnit,
+        on_delete=PROTECT,
+        related_name="change_requests",
+        help_text="The highest unit the changes touch; approvers lead a unit above it.",
+    )
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=PROTECT, related_name="+")
+    reason = models.TextField()
+    changes = models.JSONField(help_text="unit, flavor, resource, guarantee, burst, lendable, and the version seen.")
+    status = models.CharField(max_length=16, choices=ChangeRequestStatus.choices, default=ChangeRequestStatus.PENDING)
+    created_at = models.DateTimeField()
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=PROTECT, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True)
+    outcome = models.JSONField(default=dict, blank=True, help_text="Why it went stale, when it did.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.unit_id} {self.status}"

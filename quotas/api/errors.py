@@ -8,6 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from quotas.access import NotAllowedError
 from quotas.errors import InputError, StaleVersionError
 from quotas.policy.violations import PolicyViolationError
 
@@ -25,6 +26,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(
             {"detail": "Invalid input; nothing was saved.", **exc.errors}, status=status.HTTP_400_BAD_REQUEST
         )
+    if isinstance(exc, NotAllowedError):
+        return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, StaleVersionError):
         return Response(
             {

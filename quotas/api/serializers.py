@@ -16,6 +16,7 @@ from rest_framework import serializers
 from quotas.models import (
     AuditEvent,
     CapacityReservation,
+    ChangeRequest,
     Cluster,
     ClusterKind,
     DriftPolicy,
@@ -454,3 +455,30 @@ class SyncIn(ReasonMixin):
 
 class PreviewIn(serializers.Serializer):
     changes = QuotaChangeIn(many=True, allow_empty=False)
+
+
+class ChangeRequestOut(serializers.ModelSerializer):
+    unit_path = serializers.CharField(source="unit.path", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = ChangeRequest
+        fields = [
+            "id",
+            "unit",
+            "unit_path",
+            "requested_by",
+            "reason",
+            "changes",
+            "status",
+            "created_at",
+            "decided_by",
+            "decided_at",
+            "decision_comment",
+            "outcome",
+        ]
+
+
+class DecisionIn(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, default="")

@@ -15,6 +15,7 @@ router.register("units", views.UnitViewSet)
 router.register("quotas", views.QuotaViewSet)
 router.register("audit", views.AuditViewSet)
 router.register("sync-runs", views.SyncRunViewSet)
+router.register("change-requests", views.ChangeRequestViewSet)
 router.register("admission-decisions", AdmissionDecisionViewSet)
 
 urlpatterns = [

@@ -22,6 +22,7 @@ from quotas.errors import InputError
 from quotas.models import (
     AuditEvent,
     CapacityReservation,
+    ChangeRequest,
     Cluster,
     ClusterKind,
     OrgUnit,
@@ -287,6 +288,7 @@ class QuotaViewSet(ReadViewSet):
     queryset = Quota.objects.select_related("unit", "flavor__cluster").filter(unit__archived_at__isnull=True)
     serializer_class = s.QuotaOut
     filterset_class = QuotaFilter
+    permission_classes = [IsAuthenticated]  # writes: quota_edit checks each unit (quotas.access)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()
@@ -296,17 +298,16 @@ class QuotaViewSet(ReadViewSet):
     def create(self, request: Request) -> Response:
         """Set a quota that does not exist yet (``version`` 0 is implied); to change one, PATCH it."""
         data = _input(s.QuotaCreateIn, request)
-        quota = services.quota_set(
-            actor=request.user,
-            reason=_reason(data),
-            unit_id=data["unit"].pk,
-            flavor_id=data["flavor"].pk,
-            resource=data["resource"],
-            guarantee=data.get("guarantee"),
-            burst=data.get("burst"),
-            lendable=data.get("lendable"),
-            expected_version=data.get("version", 0),
+        change = services.QuotaChange(
+            data["unit"].pk,
+            data["flavor"].pk,
+            data["resource"],
+            data.get("guarantee"),
+            data.get("burst"),
+            data.get("lendable"),
+            data.get("version", 0),
         )
+        [quota] = services.quota_edit(actor=request.user, reason=_reason(data), changes=[change])
         quota = self.get_queryset().get(pk=quota.pk)
         return Response(s.QuotaOut(quota).data, status=status.HTTP_201_CREATED, headers={"ETag": quota.etag})
 
@@ -319,15 +320,17 @@ class QuotaViewSet(ReadViewSet):
         quota = self.get_object()
         expected = _parse_if_match(request, quota)
         data = _input(s.QuotaUpdateIn, request, resource=quota.resource)
-        quota = services.quota_set(
-            actor=request.user,
-            reason=_reason(data),
-            unit_id=quota.unit_id,
-            flavor_id=quota.flavor_id,
-            resource=Resource(quota.resource),
-            expected_version=expected,
-            **data,
+        reason = _reason(data)
+        change = services.QuotaChange(
+            quota.unit_id,
+            quota.flavor_id,
+            Resource(quota.resource),
+            data.get("guarantee"),
+            data.get("burst"),
+            data.get("lendable"),
+            expected,
         )
+        [quota] = services.quota_edit(actor=request.user, reason=reason, changes=[change])
         quota = self.get_queryset().get(pk=quota.pk)
         return Response(s.QuotaOut(quota).data, headers={"ETag": quota.etag})
 
@@ -350,7 +353,7 @@ class QuotaViewSet(ReadViewSet):
             )
             for c in data["changes"]
         ]
-        rows = services.quota_set_bulk(actor=request.user, reason=data["reason"], changes=changes)
+        rows = services.quota_edit(actor=request.user, reason=data["reason"], changes=changes)
         quotas = self.get_queryset().filter(pk__in=[r.pk for r in rows])
         return Response(s.QuotaOut(quotas, many=True).data)
 
@@ -390,6 +393,55 @@ def preview_view(request: Request) -> Response:
         for c in data["changes"]
     ]
     return Response(quota_change_preview(changes).as_dict())
+
+
+# --- change requests ------------------------------------------------------------------------------------
+
+
+class ChangeRequestViewSet(ReadViewSet):
+    """Quota changes above the requester's envelope. Anyone signed in may ask for units they lead;
+    a lead of a unit above (or a platform admin) approves or rejects."""
+
+    queryset = ChangeRequest.objects.select_related("unit", "requested_by", "decided_by")
+    serializer_class = s.ChangeRequestOut
+    permission_classes = [IsAuthenticated]
+    filterset_fields = ["status", "unit"]
+
+    @extend_schema(request=s.QuotaBulkIn, responses={201: s.ChangeRequestOut})
+    def create(self, request: Request) -> Response:
+        data = _input(s.QuotaBulkIn, request)
+        changes = [
+            services.QuotaChange(
+                c["unit"].pk,
+                c["flavor"].pk,
+                c["resource"],
+                c.get("guarantee"),
+                c.get("burst"),
+                c.get("lendable"),
+                c.get("version"),
+            )
+            for c in data["changes"]
+        ]
+        created = services.change_request_submit(actor=request.user, reason=data["reason"], changes=changes)
+        return Response(s.ChangeRequestOut(created).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.DecisionIn, responses=s.ChangeRequestOut)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        data = _input(s.DecisionIn, request)
+        decided = services.change_request_approve(
+            actor=request.user, request=self.get_object(), comment=data.get("comment", "")
+        )
+        return Response(s.ChangeRequestOut(decided).data)
+
+    @extend_schema(request=s.DecisionIn, responses=s.ChangeRequestOut)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        data = _input(s.DecisionIn, request)
+        decided = services.change_request_reject(
+            actor=request.user, request=self.get_object(), comment=data.get("comment", "")
+        )
+        return Response(s.ChangeRequestOut(decided).data)
 
 
 # --- audit and reports -----------------------------------------------------------------------------------

@@ -3,11 +3,15 @@
 
 from .bindings import membership_add, namespace_bind
 from .catalogue import cluster_set, contract_set, flavor_set, reservation_delete, reservation_set, tier_set
-from .quota import QuotaChange, quota_set, quota_set_bulk
+from .change_requests import change_request_approve, change_request_reject, change_request_submit
+from .quota import QuotaChange, quota_edit, quota_set, quota_set_bulk
 from .units import org_unit_archive, org_unit_create, org_unit_move, org_unit_update
 
 __all__ = [
     "QuotaChange",
+    "change_request_approve",
+    "change_request_reject",
+    "change_request_submit",
     "cluster_set",
     "contract_set",
     "flavor_set",
@@ -17,6 +21,7 @@ __all__ = [
     "org_unit_create",
     "org_unit_move",
     "org_unit_update",
+    "quota_edit",
     "quota_set",
     "quota_set_bulk",
     "reservation_delete",

@@ -219,3 +219,18 @@ def _write(
         event.object_id = str(row.pk)
     audit_write([event for _, event in events])
     return result
+
+
+def quota_edit(*, actor: Actor, reason: str, changes: Sequence[QuotaChange]) -> list[Quota]:
+    """A person's quota edit, from the portal or the API: :func:`quota_set_bulk` for units the actor
+    may set directly (see :mod:`quotas.access`). Raises NotAllowedError naming the unit otherwise."""
+    from quotas.access import NotAllowedError, led_paths, may_set_directly
+
+    led = led_paths(actor)
+    for unit in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}).order_by("path"):
+        if not may_set_directly(actor, unit, led):
+            raise NotAllowedError(
+                f"you may not set {unit.path}'s quota directly: ask for it with a change request "
+                f"(a lead of a unit above it, or a platform admin, decides)"
+            )
+    return quota_set_bulk(actor=actor, reason=reason, changes=changes)

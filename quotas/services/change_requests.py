@@ -1,0 +1,204 @@
+"""Change requests: asking for more than your envelope, and deciding on it.
+
+Approval applies the request through :func:`quota_set_bulk` with the versions the requester saw, so
+it is re-validated at that moment: a request made stale by other changes (a quota edited meanwhile,
+or an invariant that no longer holds) is refused with the explanation, and nothing of it is applied.
+Mail goes out after commit: to the approvers on submit, to requester and approver on a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.access import NotAllowedError, Viewer, approvers, may_approve, may_request, signed_in
+from quotas.errors import InputError, StaleVersionError
+from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota
+from quotas.policy.invariants import check_quota_edits
+from quotas.policy.quantity import Resource
+from quotas.policy.violations import PolicyViolationError
+from quotas.selectors import flavor_keys, neighbourhood_snapshot
+
+from .audit import audit_event, audit_write, require_reason
+from .quota import QuotaChange, proposed_quota, quota_set_bulk
+
+
+def _as_dict(change: QuotaChange) -> dict[str, Any]:
+    return {
+        "unit": change.unit_id,
+        "flavor": change.flavor_id,
+        "resource": change.resource.value,
+        "guarantee": change.guarantee,
+        "burst": change.burst,
+        "lendable": change.lendable,
+        "version": change.expected_version,
+    }
+
+
+def _as_change(data: dict[str, Any]) -> QuotaChange:
+    return QuotaChange(
+        data["unit"],
+        data["flavor"],
+        Resource(data["resource"]),
+        data["guarantee"],
+        data["burst"],
+        data["lendable"],
+        data["version"],
+    )
+
+
+@transaction.atomic
+def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[QuotaChange]) -> ChangeRequest:
+    """Record a request for ``changes`` (with the versions they were based on) and tell approvers.
+
+    Raises NotAllowedError when the actor leads none of the units; InputError without a reason or
+    changes; PolicyViolationError when the changes break an invariant even now (the request could
+    never be approved as it is: the message says what else would have to change).
+    """
+    actor = signed_in(actor)
+    reason = require_reason(reason)
+    if not changes:
+        raise InputError("changes", "no quota changes given", "send at least one change")
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
+    for change in changes:
+        unit = units.get(change.unit_id)
+        if unit is None:
+            raise InputError("unit", f"unit #{change.unit_id} does not exist or is archived", "pick an active unit")
+        if not may_request(actor, unit):
+            raise NotAllowedError(f"you lead neither {unit.path} nor a unit above it")
+    top = min(units.values(), key=lambda u: u.depth)
+    keys = flavor_keys()
+    current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
+    based: list[QuotaChange] = []
+    edits = {}
+    for c in changes:
+        row = current.get((c.unit_id, c.flavor_id, c.resource.value))
+        version = c.expected_version if c.expected_version is not None else (row.version if row else 0)
+        based.append(QuotaChange(c.unit_id, c.flavor_id, c.resource, c.guarantee, c.burst, c.lendable, version))
+        edits[(c.unit_id, keys[c.flavor_id], c.resource)] = proposed_quota(c, row)
+    problems = check_quota_edits(neighbourhood_snapshot(units), edits)
+    if problems:
+        raise PolicyViolationError(problems)
+    request = ChangeRequest.objects.create(
+        unit=top, requested_by=actor, reason=reason, created_at=timezone.now(), changes=[_as_dict(c) for c in based]
+    )
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="change_request_submit",
+                obj_type="changerequest",
+                obj_id=request.pk,
+                obj_repr=f"#{request.pk} {top.path}",
+                before=None,
+                after={"changes": request.changes},
+                reason=reason,
+                unit_path=top.path,
+            )
+        ]
+    )
+    _mail_on_commit(
+        request,
+        "submitted",
+        approvers(top),
+        f"{actor.get_username()} asks for a quota change on {top.path}: {reason}",
+    )
+    return request
+
+
+@transaction.atomic
+def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: str = "") -> ChangeRequest:
+    """Apply a pending request as it was asked, or refuse it as stale; never half of it.
+
+    Locks the request row, so two approvals of the same request apply it once. Raises
+    NotAllowedError when the actor may not approve it, InputError when it is not pending.
+    """
+    actor = signed_in(actor)
+    request = _locked_pending(request, actor)
+    changes = [_as_change(c) for c in request.changes]
+    try:
+        with transaction.atomic():
+            quota_set_bulk(actor=actor, reason=f"change request #{request.pk}: {request.reason}", changes=changes)
+    except StaleVersionError as exc:
+        _decide(
+            request,
+            actor,
+            ChangeRequestStatus.STALE,
+            comment,
+            {"detail": f"{exc}. Make a new request from the current values.", "current": exc.current},
+        )
+    except PolicyViolationError as exc:
+        _decide(
+            request,
+            actor,
+            ChangeRequestStatus.STALE,
+            comment,
+            {
+                "detail": "it would now break the quota policy: " + "; ".join(v.message for v in exc.violations),
+                "violations": [v.as_dict() for v in exc.violations],
+            },
+        )
+    else:
+        _decide(request, actor, ChangeRequestStatus.APPLIED, comment, {})
+    return request
+
+
+@transaction.atomic
+def change_request_reject(*, actor: Viewer, request: ChangeRequest, comment: str) -> ChangeRequest:
+    actor = signed_in(actor)
+    if not (comment or "").strip():
+        raise InputError("comment", "a comment is required to reject", "tell the requester why")
+    request = _locked_pending(request, actor)
+    _decide(request, actor, ChangeRequestStatus.REJECTED, comment.strip(), {})
+    return request
+
+
+def _locked_pending(request: ChangeRequest, actor: User) -> ChangeRequest:
+    locked = ChangeRequest.objects.select_for_update().select_related("unit", "requested_by").get(pk=request.pk)
+    if not may_approve(actor, locked.unit):
+        raise NotAllowedError(f"only a lead of a unit above {locked.unit.path}, or a platform admin, may decide")
+    if locked.status != ChangeRequestStatus.PENDING:
+        raise InputError(
+            "status", f"request #{locked.pk} is {locked.get_status_display().lower()} already", "nothing to decide"
+        )
+    return locked
+
+
+def _decide(request: ChangeRequest, actor: User, status: str, comment: str, outcome: dict[str, Any]) -> None:
+    request.status, request.decided_by, request.decided_at = status, actor, timezone.now()
+    request.decision_comment, request.outcome = comment, outcome
+    request.save()
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action=f"change_request_{status}",
+                obj_type="changerequest",
+                obj_id=request.pk,
+                obj_repr=f"#{request.pk} {request.unit.path}",
+                before={"status": ChangeRequestStatus.PENDING.value},
+                after={"status": status, **({"outcome": outcome} if outcome else {})},
+                reason=comment or f"change request #{request.pk} {status}",
+                unit_path=request.unit.path,
+            )
+        ]
+    )
+    word = {"applied": "approved and applied", "rejected": "rejected", "stale": "refused as stale"}[status]
+    detail = outcome.get("detail", "") if outcome else ""
+    _mail_on_commit(
+        request, word, [request.requested_by, actor], f"{actor.get_username()} {word} it. {comment} {detail}".strip()
+    )
+
+
+def _mail_on_commit(request: ChangeRequest, what: str, people: Sequence[Any], body: str) -> None:
+    emails = sorted({p.email for p in people if getattr(p, "email", "")})
+    if not emails:
+        return
+    subject = f"[Allot] change request #{request.pk} on {request.unit.path} {what}"
+    text = f"{body}\n\nChanges: {request.changes}\nReason: {request.reason}\n"
+    transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))

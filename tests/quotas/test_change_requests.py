@@ -1,0 +1,118 @@
+"""Delegation: leads set inside their envelope; above it they ask, and a head decides."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+
+from quotas import services
+from quotas.access import NotAllowedError, may_set_directly
+from quotas.errors import InputError
+from quotas.models import AuditEvent, ChangeRequestStatus, OrgUnit, Quota
+from quotas.policy import Resource
+from quotas.policy.violations import PolicyViolationError
+
+pytestmark = pytest.mark.django_db(transaction=True)  # mail goes out on commit
+GPU = Resource.GPU
+
+
+@pytest.fixture
+def people(demo):
+    return {name: User.objects.get(username=name) for name in ("lead-nlp", "head-research", "lead-vision", "admin")}
+
+
+def gpu(path, flavor="a100-80gb"):
+    return Quota.objects.get(unit__path=path, flavor__name=flavor, resource=GPU.value)
+
+
+def change(path, guarantee, flavor="a100-80gb", **values):
+    q = gpu(path, flavor)
+    return services.QuotaChange(q.unit_id, q.flavor_id, GPU, guarantee, values.get("burst"), values.get("lendable"))
+
+
+def test_who_may_set_what_directly(people):
+    nlp, pretrain = (
+        OrgUnit.objects.get(path="acme/research/nlp"),
+        OrgUnit.objects.get(path="acme/research/nlp/llm-pretrain"),
+    )
+    assert may_set_directly(people["lead-nlp"], pretrain) and not may_set_directly(people["lead-nlp"], nlp)
+    assert may_set_directly(people["head-research"], nlp) and not may_set_directly(people["lead-vision"], pretrain)
+    assert may_set_directly(people["admin"], OrgUnit.objects.get(path="acme"))
+
+
+def test_a_lead_asks_the_head_approves_and_both_hear_of_it(people):
+    before = gpu("acme/research/nlp").guarantee
+    request = services.change_request_submit(
+        actor=people["lead-nlp"],
+        reason="pretraining run in December",
+        changes=[change("acme/research/nlp", before + 4)],
+    )
+    assert request.unit.path == "acme/research/nlp" and request.status == ChangeRequestStatus.PENDING
+    assert [m.to for m in mail.outbox] == [["head-research@example.org"]]
+    assert "pretraining run in December" in mail.outbox[0].body
+    with pytest.raises(NotAllowedError):
+        services.change_request_approve(actor=people["lead-nlp"], request=request)  # not your own
+    with pytest.raises(NotAllowedError):
+        services.change_request_approve(actor=people["lead-vision"], request=request)
+    services.change_request_approve(actor=people["head-research"], request=request, comment="ok for December")
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.APPLIED and gpu("acme/research/nlp").guarantee == before + 4
+    assert sorted(mail.outbox[-1].to) == ["head-research@example.org", "lead-nlp@example.org"]
+    event = AuditEvent.objects.filter(action="quota_set").latest("id")
+    assert event.actor == people["head-research"] and f"change request #{request.pk}" in event.reason
+    with pytest.raises(InputError):  # approving twice applies once
+        services.change_request_approve(actor=people["head-research"], request=request)
+
+
+def test_a_request_made_stale_is_refused_and_nothing_is_applied(people):
+    nlp = gpu("acme/research/nlp").guarantee
+    request = services.change_request_submit(
+        actor=people["lead-nlp"],
+        reason="more",
+        changes=[change("acme/research/nlp", nlp + 4), change("acme/research/nlp", 95, flavor="a100-40gb")],
+    )
+    services.quota_set_bulk(
+        actor=people["head-research"], reason="meanwhile", changes=[change("acme/research/nlp", nlp + 1)]
+    )
+    services.change_request_approve(actor=people["head-research"], request=request)
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.STALE and "changed since version" in request.outcome["detail"]
+    assert gpu("acme/research/nlp").guarantee == nlp + 1 and gpu("acme/research/nlp", "a100-40gb").guarantee == 90
+
+
+def test_a_request_that_no_longer_fits_is_refused(people):
+    vision = gpu("acme/research/vision").guarantee
+    request = services.change_request_submit(
+        actor=people["lead-vision"], reason="more", changes=[change("acme/research/vision", vision + 9)]
+    )
+    services.quota_set_bulk(
+        actor=people["head-research"],
+        reason="nlp first",
+        changes=[change("acme/research/nlp", gpu("acme/research/nlp").guarantee + 9)],
+    )
+    services.change_request_approve(actor=people["head-research"], request=request)
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.STALE
+    assert request.outcome["violations"][0]["code"] == "children_exceed_guarantee"
+    assert gpu("acme/research/vision").guarantee == vision
+
+
+def test_requests_that_could_never_be_approved_or_are_not_yours(people):
+    with pytest.raises(PolicyViolationError):
+        services.change_request_submit(actor=people["lead-nlp"], reason="x", changes=[change("acme/research/nlp", 999)])
+    with pytest.raises(NotAllowedError):
+        services.change_request_submit(
+            actor=people["lead-nlp"], reason="x", changes=[change("acme/research/vision", 1)]
+        )
+
+
+def test_rejection_needs_a_comment(people):
+    request = services.change_request_submit(
+        actor=people["lead-nlp"],
+        reason="x",
+        changes=[change("acme/research/nlp", gpu("acme/research/nlp").guarantee + 1)],
+    )
+    with pytest.raises(InputError):
+        services.change_request_reject(actor=people["head-research"], request=request, comment=" ")
+    services.change_request_reject(actor=people["head-research"], request=request, comment="not this quarter")
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.REJECTED and "not this quarter" in mail.outbox[-1].body
