@@ -181,3 +181,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
 def healthz(request: HttpRequest) -> JsonResponse:
     policy = STATE.policy
     return JsonResponse({"ok": True, "policy_revision": policy.revision if policy else None})
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """The webhook deployment has no portal pages: a plain JSON 404."""
+    return JsonResponse({"detail": "not found: this deployment serves /admission/k8s/validate and /mutate"}, status=404)

@@ -3,3 +3,4 @@
 from django.urls import include, path
 
 urlpatterns = [path("admission/", include("admission.urls"))]
+handler404 = "admission.views.not_found"

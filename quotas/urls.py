@@ -1,6 +1,15 @@
 from django.urls import path
 
-from . import views
+from quotas.portal import edit, views
 
 app_name = "quotas"
-urlpatterns = [path("", views.home, name="home")]
+urlpatterns = [
+    path("", views.tree, name="home"),
+    path("units/<int:unit_id>/", views.unit_detail, name="unit"),
+    path("units/<int:unit_id>/quotas/", edit.quota_edit, name="unit-edit"),
+    path("units/<int:unit_id>/quotas/check/", edit.quota_check, name="unit-check"),
+    path("units/<int:unit_id>/history/", views.unit_history, name="unit-history"),
+    path("capacity/", views.capacity, name="capacity"),
+    path("requests/", views.requests_list, name="requests"),
+    path("requests/<int:request_id>/", views.request_detail, name="request"),
+]

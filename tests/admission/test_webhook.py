@@ -349,5 +349,6 @@ def test_the_webhook_deployment_serves_only_the_webhooks(settings):
     settings.ROOT_URLCONF = "config.urls_admission"
     settings.MIDDLEWARE = []
     assert answer(post("validate", review(workload("Pod"), "", "Pod")))["allowed"] is True
-    assert Client().get("/api/v1/units/").status_code == 404
+    missing = Client().get("/api/v1/units/")
+    assert missing.status_code == 404 and "/admission/k8s/validate" in missing.json()["detail"]
     assert Client().get("/admission/healthz").json()["ok"] is True

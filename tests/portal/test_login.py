@@ -17,8 +17,11 @@ def test_a_team_lead_signs_in_and_sees_the_organisation(org):
     assert signed_in.status_code == 302 and signed_in["Location"] == "/"
     home = client.get("/").content.decode()
     assert "Every invariant holds." in home
-    assert "<td>west/a100</td><td>120</td><td>10</td><td>10</td>" in home  # physical, reserved, headroom
-    assert "20 / 30" in home  # llm: guarantee 20, effective ceiling 30
+    assert "west/a100 20/30" in home  # llm: guarantee 20, effective ceiling 30
+    capacity = client.get("/capacity/").content.decode()
+    assert (
+        "<td>west/a100</td><td>A100</td><td>120</td><td>10</td><td>10</td>" in capacity
+    )  # physical, reserved, headroom
 
 
 def test_a_wrong_password_is_refused_with_a_message(org):

@@ -1,0 +1,70 @@
+"""Server-side SVG charts: plain geometry, drawn by the templates (no JavaScript, no chart library)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PALETTE = ("#3b6fd8", "#e3a21a", "#2f9e6b", "#b3261e", "#7b52c7", "#0f8aa3", "#c2587d", "#6b7a8f")
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    x: float
+    y: float
+    width: float
+    height: float
+    colour: str
+    value: str
+
+
+def quota_bars(
+    rows: Sequence[tuple[str, int, int, int | None]], *, width: int = 560, row_height: int = 34
+) -> tuple[list[Bar], int]:
+    """Per flavor: the ceiling (light), the guarantee inside it (solid) and, when known, the
+    allocation (a dark line). ``rows`` are (flavor, guarantee, ceiling, allocation or None)."""
+    top = max([c for _, _, c, _ in rows] + [1])
+    label_w, bars = 150, []
+    scale = (width - label_w - 60) / top
+    for i, (flavor, guarantee, ceiling, allocation) in enumerate(rows):
+        y = i * row_height + 6
+        bars.append(Bar(flavor, label_w, y, ceiling * scale, 22, "#c9d8f5", f"ceiling {ceiling}"))
+        bars.append(Bar(flavor, label_w, y, guarantee * scale, 22, PALETTE[0], f"guarantee {guarantee}"))
+        if allocation is not None:
+            bars.append(
+                Bar(flavor, label_w + allocation * scale - 1, y - 3, 3, 28, "#1d2430", f"allocated {allocation}")
+            )
+    return bars, len(rows) * row_height + 12
+
+
+def stacked_capacity(
+    flavors: Sequence[tuple[str, int, Sequence[tuple[str, int]], int, int]], *, width: int = 560, row_height: int = 34
+) -> tuple[list[Bar], list[tuple[str, str]], int]:
+    """Per flavor, how its physical devices are spoken for: each department's guarantee, what is
+    left to promise, reservations and headroom. ``flavors`` are (flavor, physical, [(department,
+    guarantee)], reserved, headroom). Returns the bars, the legend and the height."""
+    top = max([p for _, p, _, _, _ in flavors] + [1])
+    label_w = 150
+    scale = (width - label_w - 20) / top
+    colours: dict[str, str] = {}
+    bars = []
+    for i, (flavor, physical, parts, reserved, headroom) in enumerate(flavors):
+        y, x = i * row_height + 6, float(label_w)
+        promised = sum(g for _, g in parts)
+        segments = [
+            *parts,
+            ("left to promise", max(0, physical - reserved - headroom - promised)),
+            ("reserved", reserved),
+            ("headroom", headroom),
+        ]
+        for name, value in segments:
+            colour = colours.setdefault(
+                name,
+                {"left to promise": "#e8ecf1", "reserved": "#8a94a3", "headroom": "#c1c7d0"}.get(
+                    name, PALETTE[len(colours) % len(PALETTE)]
+                ),
+            )
+            bars.append(Bar(flavor, x, y, value * scale, 22, colour, f"{name}: {value}"))
+            x += value * scale
+    return bars, list(colours.items()), len(flavors) * row_height + 12

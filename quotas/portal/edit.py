@@ -1,0 +1,183 @@
+"""Editing a unit's quotas: one form, live validation while typing, a preview of every cluster object
+that would change, then a direct save (inside your envelope) or a change request (above it).
+
+The form speaks the same language as the API: quantities in Kubernetes syntax, the version each
+row was read at (a stale form is refused and shows the new values), and a reason for the audit trail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from quotas import services
+from quotas.access import NotAllowedError, may_request, may_set_directly
+from quotas.errors import InputError, StaleVersionError
+from quotas.models import OrgUnit, Quota, ResourceFlavor
+from quotas.policy.quantity import QuantityError, Resource, format_quantity, parse_quantity
+from quotas.policy.violations import PolicyViolationError, Violation
+from quotas.previews import quota_change_preview
+from quotas.services.quota import QuotaChange
+
+SLUGS = {Resource.GPU: "gpu", Resource.CPU: "cpu", Resource.MEMORY: "memory"}
+FIELDS = ("guarantee", "burst", "lendable")
+
+
+@dataclass
+class Row:
+    flavor: ResourceFlavor
+    resource: Resource
+    current: Quota | None
+    values: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    version: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.flavor.pk}-{SLUGS[self.resource]}"
+
+    def field_name(self, name: str) -> str:
+        return f"{name}-{self.prefix}"
+
+
+def _rows(unit: OrgUnit) -> list[Row]:
+    """Every quota the unit has, plus every flavor/resource its parent has (so it can get one)."""
+    own = {(q.flavor_id, q.resource): q for q in Quota.objects.filter(unit=unit).select_related("flavor__cluster")}
+    keys = set(own)
+    if unit.parent_id:
+        keys |= set(Quota.objects.filter(unit_id=unit.parent_id).values_list("flavor_id", "resource"))
+    else:
+        keys |= {(f, Resource.GPU.value) for f in ResourceFlavor.objects.values_list("pk", flat=True)}
+    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={k[0] for k in keys})}
+    rows = []
+    for flavor_id, resource in sorted(keys, key=lambda k: (flavors[k[0]].key, k[1])):
+        current = own.get((flavor_id, resource))
+        r = Resource(resource)
+        rows.append(
+            Row(
+                flavors[flavor_id],
+                r,
+                current,
+                {f: format_quantity(r, getattr(current, f)) if current else "0" for f in FIELDS},
+                version=current.version if current else 0,
+            )
+        )
+    return rows
+
+
+def _read(unit: OrgUnit, rows: list[Row], data: Any) -> list[QuotaChange]:
+    """Fill rows from the posted form; return the changes (rows whose values differ)."""
+    changes = []
+    for row in rows:
+        parsed: dict[str, int] = {}
+        for name in FIELDS:
+            raw = str(data.get(row.field_name(name), row.values[name])).strip()
+            row.values[name] = raw
+            try:
+                parsed[name] = parse_quantity(row.resource, raw)
+            except QuantityError as exc:
+                row.errors[name] = f"{exc.message}: {exc.hint}"
+        version = data.get(f"version-{row.prefix}")
+        row.version = int(version) if str(version).isdigit() else row.version
+        current = row.current
+        if row.errors:
+            continue
+        values = (parsed["guarantee"], parsed["burst"], parsed["lendable"])
+        unchanged = current is not None and (current.guarantee, current.burst, current.lendable) == values
+        if not unchanged and (current is not None or any(values)):
+            changes.append(QuotaChange(unit.pk, row.flavor.pk, row.resource, *values, row.version))
+    return changes
+
+
+def _mark(unit: OrgUnit, rows: list[Row], violations: list[Violation]) -> list[Violation]:
+    """Put each violation about this unit next to its field; return the others (about the parent…)."""
+    rest = []
+    for v in violations:
+        row = next(
+            (r for r in rows if v.unit == unit.path and v.flavor == r.flavor.key and v.resource == r.resource.value),
+            None,
+        )
+        if row is not None and v.field in FIELDS:
+            row.errors.setdefault(v.field, f"{v.message}. {v.hint}")
+        else:
+            rest.append(v)
+    return rest
+
+
+def _context(request: HttpRequest, unit: OrgUnit, rows: list[Row], **extra: Any) -> dict[str, Any]:
+    return {
+        "unit": unit,
+        "rows": rows,
+        "direct": may_set_directly(request.user, unit),
+        "reason": request.POST.get("reason", ""),
+        **extra,
+    }
+
+
+def _editable(request: HttpRequest, unit_id: int) -> OrgUnit:
+    unit = get_object_or_404(OrgUnit, pk=unit_id, archived_at__isnull=True)
+    if not may_request(request.user, unit):
+        raise PermissionDenied(f"only the leads of {unit.path} or of a unit above it may edit its quotas")
+    return unit
+
+
+@login_required
+def quota_check(request: HttpRequest, unit_id: int) -> HttpResponse:
+    """htmx, while typing: field errors and violations with the numbers, and what would change."""
+    unit = _editable(request, unit_id)
+    rows = _rows(unit)
+    changes = _read(unit, rows, request.POST)
+    preview = quota_change_preview(changes) if changes and not any(r.errors for r in rows) else None
+    others = _mark(unit, rows, list(preview.violations)) if preview else []
+    return render(
+        request,
+        "quotas/_check.html",
+        _context(request, unit, rows, changes=changes, preview=preview, violations=others),
+    )
+
+
+@login_required
+def quota_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
+    unit = _editable(request, unit_id)
+    rows = _rows(unit)
+    if request.method != "POST":
+        return render(request, "quotas/unit_edit.html", _context(request, unit, rows))
+    changes = _read(unit, rows, request.POST)
+    if any(r.errors for r in rows):
+        return render(request, "quotas/unit_edit.html", _context(request, unit, rows), status=400)
+    if not changes:
+        messages.info(request, "Nothing changed: no quota was saved.")
+        return redirect("quotas:unit", unit_id=unit.pk)
+    reason = request.POST.get("reason", "")
+    try:
+        if may_set_directly(request.user, unit):
+            services.quota_edit(actor=request.user, reason=reason, changes=changes)
+            messages.success(request, f"Saved {len(changes)} quota change(s) on {unit.path}.")
+            return redirect("quotas:unit", unit_id=unit.pk)
+        created = services.change_request_submit(actor=request.user, reason=reason, changes=changes)
+        messages.success(request, f"Change request #{created.pk} sent: a lead above {unit.path} decides.")
+        return redirect("quotas:request", request_id=created.pk)
+    except PolicyViolationError as exc:
+        others = _mark(unit, rows, list(exc.violations))
+        return render(request, "quotas/unit_edit.html", _context(request, unit, rows, violations=others), status=400)
+    except StaleVersionError as exc:
+        fresh = _rows(unit)
+        for row, new in zip(rows, fresh, strict=True):
+            row.version, row.current = new.version, new.current
+        current = ", ".join(f"{k} {v}" for k, v in exc.current.items())
+        stale = (
+            f"Someone changed this quota while you were editing: it is now {current}. Nothing was saved; "
+            f"check your values against the new ones and save again."
+        )
+        return render(request, "quotas/unit_edit.html", _context(request, unit, rows, stale=stale), status=409)
+    except InputError as exc:
+        errors = {k: " ".join(v) for k, v in exc.errors.items()}
+        return render(request, "quotas/unit_edit.html", _context(request, unit, rows, form_errors=errors), status=400)
+    except NotAllowedError as exc:
+        raise PermissionDenied(str(exc)) from exc

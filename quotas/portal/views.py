@@ -1,0 +1,232 @@
+"""Read pages of the portal: the tree, a unit, its history, capacity, change requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from quotas import selectors, services
+from quotas.access import NotAllowedError, led_paths, may_approve, may_request, may_set_directly
+from quotas.errors import InputError
+from quotas.models import (
+    AuditEvent,
+    ChangeRequest,
+    ChangeRequestStatus,
+    Membership,
+    OrgUnit,
+    Quota,
+    ResourceFlavor,
+)
+from quotas.policy.capacity import capacity_report, effective_ceilings
+from quotas.policy.invariants import validate_tree
+from quotas.policy.quantity import Resource, format_quantity
+from quotas.portal.charts import quota_bars, stacked_capacity
+
+
+@login_required
+def tree(request: HttpRequest) -> HttpResponse:
+    """The organisation as a collapsible tree, each unit with its GPU guarantee / ceiling per flavor."""
+    snapshot = selectors.org_snapshot()
+    flavors = sorted(snapshot.flavors)
+    ceilings = effective_ceilings(snapshot)
+
+    def node(uid: int) -> dict[str, Any]:
+        unit = snapshot.units[uid]
+        cells = [
+            (f, snapshot.quota(uid, f, Resource.GPU).guarantee, ceilings.get((uid, f, Resource.GPU), 0))
+            for f in flavors
+        ]
+        children = sorted(snapshot.children.get(uid, ()), key=lambda c: snapshot.units[c].slug)
+        return {"unit": unit, "cells": [c for c in cells if c[2]], "children": [node(c) for c in children]}
+
+    return render(
+        request,
+        "quotas/home.html",
+        {
+            "roots": [node(r) for r in snapshot.roots()],
+            "capacity": capacity_report(snapshot),
+            "violations": validate_tree(snapshot),
+            "revision": selectors.policy_revision(),
+            "led": led_paths(request.user),
+        },
+    )
+
+
+def _unit_or_404(unit_id: int) -> OrgUnit:
+    return get_object_or_404(OrgUnit.objects.select_related("parent", "contract"), pk=unit_id, archived_at__isnull=True)
+
+
+@login_required
+def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
+    unit = _unit_or_404(unit_id)
+    quotas = list(
+        Quota.objects.filter(unit=unit)
+        .select_related("flavor__cluster")
+        .order_by("flavor__cluster__name", "flavor__name", "resource")
+    )
+    snapshot = selectors.org_snapshot()
+    contract = snapshot.effective_contract(unit.pk)
+    chart_rows = [
+        (q.flavor.key, q.guarantee, q.guarantee + q.burst, None) for q in quotas if q.resource == "nvidia.com/gpu"
+    ]
+    bars, height = quota_bars(chart_rows)
+    return render(
+        request,
+        "quotas/unit.html",
+        {
+            "unit": unit,
+            "rows": [_row(q) for q in quotas],
+            "contract": contract,
+            "children": unit.children.filter(archived_at__isnull=True).order_by("slug"),
+            "tiers": _tiers(unit),
+            "namespaces": unit.namespaces.select_related("cluster").order_by("cluster__name"),
+            "members": Membership.objects.filter(unit=unit).select_related("user"),
+            "leads": unit.leads.all(),
+            "events": AuditEvent.objects.filter(Q(unit_path=unit.path) | Q(unit_path__startswith=f"{unit.path}/"))[:10],
+            "bars": bars,
+            "chart_height": height,
+            "may_edit": may_request(request.user, unit),
+            "edits_directly": may_set_directly(request.user, unit),
+            "requests": unit.change_requests.filter(status=ChangeRequestStatus.PENDING),
+        },
+    )
+
+
+def _row(q: Quota) -> dict[str, Any]:
+    resource = Resource(q.resource)
+    return {
+        "flavor": q.flavor.key,
+        "resource": q.resource,
+        "guarantee": format_quantity(resource, q.guarantee),
+        "burst": format_quantity(resource, q.burst),
+        "lendable": format_quantity(resource, q.lendable),
+        "ceiling": format_quantity(resource, q.guarantee + q.burst),
+    }
+
+
+def _tiers(unit: OrgUnit) -> list[str]:
+    node: OrgUnit | None = unit
+    while node is not None:
+        names = sorted(node.allowed_tiers.values_list("name", flat=True))
+        if names:
+            return names
+        node = node.parent
+    from quotas.models import WorkloadTier
+
+    return sorted(WorkloadTier.objects.values_list("name", flat=True))
+
+
+@login_required
+def unit_history(request: HttpRequest, unit_id: int) -> HttpResponse:
+    unit = _unit_or_404(unit_id)
+    events = AuditEvent.objects.filter(Q(unit_path=unit.path) | Q(unit_path__startswith=f"{unit.path}/"))[:200]
+    return render(request, "quotas/history.html", {"unit": unit, "events": [_diff(e) for e in events]})
+
+
+def _diff(event: AuditEvent) -> dict[str, Any]:
+    before, after = event.before or {}, event.after or {}
+    keys = sorted(set(before) | set(after))
+    return {
+        "event": event,
+        "changes": [(k, before.get(k, "—"), after.get(k, "—")) for k in keys if before.get(k) != after.get(k)],
+    }
+
+
+@login_required
+def capacity(request: HttpRequest) -> HttpResponse:
+    """Per flavor: physical, reserved, headroom, promised by each department, left to promise."""
+    snapshot = selectors.org_snapshot()
+    lines = capacity_report(snapshot)
+    departments = [
+        (uid, snapshot.units[uid].slug) for root in snapshot.roots() for uid in snapshot.children.get(root, ())
+    ]
+    rows = []
+    for line in lines:
+        parts = [(name, snapshot.quota(uid, line.flavor, Resource.GPU).guarantee) for uid, name in departments]
+        promised_by_departments = sum(g for _, g in parts)
+        parts.append(("organisation (unassigned)", max(0, line.promised - promised_by_departments)))
+        rows.append((line.flavor, line.physical, [p for p in parts if p[1]], line.reserved, line.headroom))
+    bars, legend, height = stacked_capacity(rows)
+    models = {f.key: f.accelerator_model for f in ResourceFlavor.objects.select_related("cluster")}
+    return render(
+        request,
+        "quotas/capacity.html",
+        {
+            "lines": [(line, models.get(line.flavor, "")) for line in lines],
+            "bars": bars,
+            "legend": legend,
+            "chart_height": height,
+        },
+    )
+
+
+@login_required
+def requests_list(request: HttpRequest) -> HttpResponse:
+    mine = ChangeRequest.objects.filter(requested_by_id=request.user.pk).select_related("unit")[:50]
+    pending = [
+        r
+        for r in ChangeRequest.objects.filter(status=ChangeRequestStatus.PENDING).select_related("unit", "requested_by")
+        if may_approve(request.user, r.unit)
+    ]
+    return render(request, "quotas/requests.html", {"mine": mine, "to_decide": pending})
+
+
+@login_required
+def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
+    change_request = get_object_or_404(
+        ChangeRequest.objects.select_related("unit", "requested_by", "decided_by"), pk=request_id
+    )
+    if not (
+        may_request(request.user, change_request.unit)
+        or may_approve(request.user, change_request.unit)
+        or change_request.requested_by_id == request.user.pk
+    ):
+        raise PermissionDenied(f"change requests on {change_request.unit.path} are for its leads and the leads above")
+    can_decide = may_approve(request.user, change_request.unit) and change_request.status == "pending"
+    if request.method == "POST" and can_decide:
+        decision, comment = request.POST.get("decision"), request.POST.get("comment", "")
+        try:
+            if decision == "approve":
+                change_request = services.change_request_approve(
+                    actor=request.user, request=change_request, comment=comment
+                )
+            else:
+                change_request = services.change_request_reject(
+                    actor=request.user, request=change_request, comment=comment
+                )
+        except (InputError, NotAllowedError) as exc:
+            messages.error(request, str(exc))
+            return redirect("quotas:request", request_id=change_request.pk)
+        messages.success(request, f"Request #{change_request.pk}: {change_request.get_status_display()}.")
+        return redirect("quotas:request", request_id=change_request.pk)
+    return render(
+        request,
+        "quotas/request.html",
+        {"cr": change_request, "can_decide": can_decide, "changes": _readable(change_request.changes)},
+    )
+
+
+def _readable(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    units = dict(OrgUnit.objects.filter(pk__in={c["unit"] for c in changes}).values_list("pk", "path"))
+    flavors = {f.pk: f.key for f in ResourceFlavor.objects.select_related("cluster")}
+    out = []
+    for c in changes:
+        resource = Resource(c["resource"])
+        out.append(
+            {
+                "unit": units.get(c["unit"]),
+                "flavor": flavors.get(c["flavor"]),
+                "resource": resource.value,
+                **{
+                    f: format_quantity(resource, c[f]) if c[f] is not None else "unchanged"
+                    for f in ("guarantee", "burst", "lendable")
+                },
+            }
+        )
+    return out

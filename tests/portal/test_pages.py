@@ -1,0 +1,139 @@
+"""Portal pages through the test client: every page renders; editing obeys the envelope."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from quotas.models import AuditEvent, ChangeRequest, OrgUnit, Quota
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(username):
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client
+
+
+def unit(path):
+    return OrgUnit.objects.get(path=path, archived_at__isnull=True)
+
+
+def gpu(path, flavor="a100-80gb"):
+    return Quota.objects.get(unit__path=path, flavor__name=flavor, resource="nvidia.com/gpu")
+
+
+def form_for(client, u):
+    """The edit form's current values, as the browser would post them."""
+    page = client.get(f"/units/{u.pk}/quotas/")
+    assert page.status_code == 200
+    data = {}
+    for row in page.context["rows"]:
+        data[f"version-{row.prefix}"] = row.version
+        for name, value in row.values.items():
+            data[f"{name}-{row.prefix}"] = value
+    return data
+
+
+def field(u, name, flavor="a100-80gb", resource="gpu"):
+    q = gpu(u.path, flavor)
+    return f"{name}-{q.flavor_id}-{resource}"
+
+
+@pytest.mark.parametrize("url", ["/", "/capacity/", "/requests/"])
+def test_main_pages_render_for_a_viewer(demo, url):
+    response = signed_in("viewer").get(url)
+    assert response.status_code == 200
+
+
+def test_unit_and_history_pages(demo):
+    client = signed_in("viewer")
+    nlp = unit("acme/research/nlp")
+    page = client.get(f"/units/{nlp.pk}/").content.decode()
+    assert "k8s-west/a100-80gb" in page and "<svg" in page and "research-relaxed" in page and "lead-nlp" in page
+    assert "Edit quotas" not in page and "Request a quota change" not in page  # a viewer
+    history = client.get(f"/units/{nlp.pk}/history/").content.decode()
+    assert "quota_set" in history and "→" in history
+    assert client.get("/units/99999/").status_code == 404
+
+
+def test_a_viewer_and_another_lead_cannot_open_edit_pages(demo):
+    nlp = unit("acme/research/nlp/llm-pretrain")
+    for who in ("viewer", "lead-vision"):
+        client = signed_in(who)
+        assert client.get(f"/units/{nlp.pk}/quotas/").status_code == 403
+        assert client.post(f"/units/{nlp.pk}/quotas/", {"reason": "x"}).status_code == 403
+        assert client.post(f"/units/{nlp.pk}/quotas/check/", {}).status_code == 403
+    assert "You may not do this" in signed_in("viewer").get(f"/units/{nlp.pk}/quotas/").content.decode()
+
+
+def test_live_check_shows_the_violation_with_numbers_and_the_kueue_diff(demo):
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = form_for(client, project)
+    data[field(project, "guarantee")] = "200"
+    check = client.post(f"/units/{project.pk}/quotas/check/", data, HTTP_HX_REQUEST="true").content.decode()
+    assert "children&#x27;s guarantees add up to" in check or "children's guarantees add up to" in check
+    data[field(project, "guarantee")] = "44"
+    check = client.post(f"/units/{project.pk}/quotas/check/", data, HTTP_HX_REQUEST="true").content.decode()
+    assert "would break" not in check and "acme.research.nlp.llm-pretrain" in check and "48 → 44" in check
+    data[field(project, "guarantee")] = "lots"
+    check = client.post(f"/units/{project.pk}/quotas/check/", data, HTTP_HX_REQUEST="true").content.decode()
+    assert "not a quantity" in check
+
+
+def test_a_lead_saves_inside_the_envelope_and_the_audit_records_it(demo):
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = {**form_for(client, project), field(project, "guarantee"): "44", "reason": "eval needs more"}
+    response = client.post(f"/units/{project.pk}/quotas/", data)
+    assert response.status_code == 302 and gpu(project.path).guarantee == 44
+    assert AuditEvent.objects.filter(reason="eval needs more", actor__username="lead-nlp").count() == 1
+    again = client.post(f"/units/{project.pk}/quotas/", data, follow=True)  # double submit: nothing more
+    assert "Nothing changed" in again.content.decode()
+    assert AuditEvent.objects.filter(reason="eval needs more").count() == 1
+
+
+def test_bad_input_is_refused_next_to_the_field_and_nothing_is_saved(demo):
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = {**form_for(client, project), field(project, "guarantee"): "-3", "reason": "x"}
+    page = client.post(f"/units/{project.pk}/quotas/", data)
+    assert page.status_code == 400 and "is negative" in page.content.decode()
+    data[field(project, "guarantee")] = "200"
+    page = client.post(f"/units/{project.pk}/quotas/", data)
+    assert page.status_code == 400 and "add up to" in page.content.decode()
+    data[field(project, "guarantee")] = "44"
+    data["reason"] = " "
+    page = client.post(f"/units/{project.pk}/quotas/", data)
+    assert page.status_code == 400 and "a reason is required" in page.content.decode()
+    assert gpu(project.path).guarantee == 48
+
+
+def test_a_stale_form_is_refused_showing_the_new_value(demo):
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = {**form_for(client, project), field(project, "guarantee"): "44", "reason": "mine"}
+    head = signed_in("head-research")
+    head_data = {**form_for(head, project), field(project, "guarantee"): "46", "reason": "head first"}
+    assert head.post(f"/units/{project.pk}/quotas/", head_data).status_code == 302
+    page = client.post(f"/units/{project.pk}/quotas/", data)
+    assert page.status_code == 409
+    assert "it is now guarantee 46" in page.content.decode() and gpu(project.path).guarantee == 46
+
+
+def test_the_own_envelope_becomes_a_change_request_the_head_approves(demo):
+    lead = signed_in("lead-nlp")
+    team = unit("acme/research/nlp")
+    data = {**form_for(lead, team), field(team, "guarantee"): "84", "reason": "december run"}
+    response = lead.post(f"/units/{team.pk}/quotas/", data)
+    request = ChangeRequest.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/requests/{request.pk}/"
+    assert gpu(team.path).guarantee == 81
+    head = signed_in("head-research")
+    assert "december run" in head.get("/requests/").content.decode()
+    assert "Approve and apply" not in lead.get(f"/requests/{request.pk}/").content.decode()
+    head.post(f"/requests/{request.pk}/", {"decision": "approve", "comment": "ok"})
+    request.refresh_from_db()
+    assert request.status == "applied" and gpu(team.path).guarantee == 84
+    assert signed_in("lead-vision").get(f"/requests/{request.pk}/").status_code == 403
