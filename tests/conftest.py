@@ -34,15 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     have = {
         "postgres": os.environ.get("DATABASE_URL", "").startswith("postgres"),
         "redis": bool(os.environ.get("REDIS_URL")),
+        "browser": Path(os.environ.get("ALLOT_CHROMIUM", "/usr/bin/chromium")).exists(),
     }
+    how = {"postgres": "set DATABASE_URL", "redis": "set REDIS_URL", "browser": "apt-get install chromium"}
     for item in items:
         for marker, present in have.items():
             if item.get_closest_marker(marker) and not present:
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason=f"needs {marker}: set {'DATABASE_URL' if marker == 'postgres' else 'REDIS_URL'}"
-                    )
-                )
+                item.add_marker(pytest.mark.skip(reason=f"needs {marker}: {how[marker]}"))
 
 
 @pytest.fixture(autouse=True, scope="session")

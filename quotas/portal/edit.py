@@ -111,11 +111,21 @@ def _mark(unit: OrgUnit, rows: list[Row], violations: list[Violation]) -> list[V
 
 
 def _context(request: HttpRequest, unit: OrgUnit, rows: list[Row], **extra: Any) -> dict[str, Any]:
+    flavors = {row.flavor.pk: row.flavor.key for row in rows}
+    readable = [
+        {
+            "flavor": flavors.get(c.flavor_id, c.flavor_id),
+            "resource": c.resource.value,
+            **{f: format_quantity(c.resource, getattr(c, f)) for f in FIELDS if getattr(c, f) is not None},
+        }
+        for c in extra.get("changes") or ()
+    ]
     return {
         "unit": unit,
         "rows": rows,
         "direct": may_set_directly(request.user, unit),
         "reason": request.POST.get("reason", ""),
+        "readable_changes": readable,
         **extra,
     }
 

@@ -24,6 +24,7 @@ from quotas.models import (
     ResourceFlavor,
 )
 from quotas.policy.capacity import capacity_report, effective_ceilings
+from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import quota_bars, stacked_capacity
@@ -72,6 +73,15 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
     )
     snapshot = selectors.org_snapshot()
     contract = snapshot.effective_contract(unit.pk)
+    durations = {}
+    if contract:
+        durations = {
+            f: format_duration(getattr(contract, f"{f}_s"))
+            for f in ("reclaim_within", "grace_period", "min_run_window")
+        }
+        durations["checkpoint_every"] = (
+            format_duration(contract.checkpoint_every_s) if contract.checkpoint_every_s else ""
+        )
     chart_rows = [
         (q.flavor.key, q.guarantee, q.guarantee + q.burst, None) for q in quotas if q.resource == "nvidia.com/gpu"
     ]
@@ -83,6 +93,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "unit": unit,
             "rows": [_row(q) for q in quotas],
             "contract": contract,
+            "durations": durations,
             "children": unit.children.filter(archived_at__isnull=True).order_by("slug"),
             "tiers": _tiers(unit),
             "namespaces": unit.namespaces.select_related("cluster").order_by("cluster__name"),
