@@ -72,6 +72,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "quotas.portal.context.portal",
             ],
         },
     },
@@ -155,6 +156,22 @@ ALLOT_KUBERNETES_ENABLED = env_bool("ALLOT_KUBERNETES_ENABLED", True)
 _REFERENCE_CRDS = BASE_DIR.parent / "shared" / "reference" / "kueue-crds"
 ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(_REFERENCE_CRDS) if _REFERENCE_CRDS.is_dir() else "")
 # ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
+
+# --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
+ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+if ALLOT_OIDC_ENABLED:
+    INSTALLED_APPS.append("mozilla_django_oidc")
+    AUTHENTICATION_BACKENDS.insert(0, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
+    OIDC_RP_CLIENT_ID = env_str("ALLOT_OIDC_CLIENT_ID", required=True)
+    OIDC_RP_CLIENT_SECRET = env_str("ALLOT_OIDC_CLIENT_SECRET", required=True)
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("ALLOT_OIDC_AUTHORIZATION_ENDPOINT", required=True)
+    OIDC_OP_TOKEN_ENDPOINT = env_str("ALLOT_OIDC_TOKEN_ENDPOINT", required=True)
+    OIDC_OP_USER_ENDPOINT = env_str("ALLOT_OIDC_USER_ENDPOINT", required=True)
+    OIDC_OP_JWKS_ENDPOINT = env_str("ALLOT_OIDC_JWKS_ENDPOINT", required=True)
+    OIDC_RP_SIGN_ALGO = env_str("ALLOT_OIDC_SIGN_ALGO", "RS256")
+    OIDC_RP_SCOPES = env_str("ALLOT_OIDC_SCOPES", "openid email profile")
+    LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/"
 
 # --- admission webhooks (ALLOT_ADMISSION_*) ----------------------------------------------------
 ALLOT_ADMISSION_CLUSTER = env_str("ALLOT_ADMISSION_CLUSTER", "")  # empty: the only Kubernetes cluster

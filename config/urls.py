@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
@@ -13,3 +14,6 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api-auth/", include("rest_framework.urls")),
 ]
+
+if settings.ALLOT_OIDC_ENABLED:
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

@@ -28,3 +28,47 @@ def test_a_wrong_password_is_refused_with_a_message(org):
     User.objects.create_user("lead-nlp", password="pw-for-tests")
     page = Client().post("/accounts/login/", {"username": "lead-nlp", "password": "wrong"})
     assert page.status_code == 200 and b'role="alert"' in page.content
+
+
+def test_single_sign_on_is_off_by_default_and_wired_when_configured(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import django; django.setup(); from django.conf import settings; from django.urls import reverse; "
+        "print(settings.AUTHENTICATION_BACKENDS[0], reverse('oidc_authentication_init'))"
+    )
+    base = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "ALLOT_SECRET_KEY": "x"}
+    missing = subprocess.run(
+        [sys.executable, "-c", probe], env={**base, "ALLOT_OIDC_ENABLED": "true"}, capture_output=True, text=True
+    )
+    assert missing.returncode != 0 and "ALLOT_OIDC_CLIENT_ID must be set" in missing.stderr
+    oidc = {
+        f"ALLOT_OIDC_{k}": f"https://sso.example.org/{k.lower()}"
+        for k in ("AUTHORIZATION_ENDPOINT", "TOKEN_ENDPOINT", "USER_ENDPOINT", "JWKS_ENDPOINT")
+    }
+    wired = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={
+            **base,
+            **oidc,
+            "ALLOT_OIDC_ENABLED": "true",
+            "ALLOT_OIDC_CLIENT_ID": "allot",
+            "ALLOT_OIDC_CLIENT_SECRET": "s",
+        },
+    )
+    assert wired.returncode == 0, wired.stderr
+    assert wired.stdout.split() == ["mozilla_django_oidc.auth.OIDCAuthenticationBackend", "/oidc/authenticate/"]
+    assert "single sign-on" not in Client().get("/accounts/login/").content.decode()  # off here
+
+
+def test_forms_need_the_csrf_token(demo):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.get(username="lead-nlp"))
+    from quotas.models import OrgUnit
+
+    project = OrgUnit.objects.get(path="acme/research/nlp/llm-pretrain")
+    assert client.post(f"/units/{project.pk}/quotas/", {"reason": "x"}).status_code == 403

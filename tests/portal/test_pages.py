@@ -137,3 +137,14 @@ def test_the_own_envelope_becomes_a_change_request_the_head_approves(demo):
     request.refresh_from_db()
     assert request.status == "applied" and gpu(team.path).guarantee == 84
     assert signed_in("lead-vision").get(f"/requests/{request.pk}/").status_code == 403
+    other = ChangeRequest.objects.create(
+        unit=team,
+        requested_by=request.requested_by,
+        reason="again",
+        changes=request.changes,
+        created_at=request.created_at,
+    )
+    refused = signed_in("lead-vision").post(f"/requests/{other.pk}/", {"decision": "approve"})
+    assert refused.status_code == 403
+    other.refresh_from_db()
+    assert other.status == "pending"
