@@ -423,3 +423,21 @@ class ChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.unit_id} {self.status}"
+
+
+class QueueUsage(models.Model):
+    """The latest usage Kueue reported for a ClusterQueue (status.flavorsUsage), read at each sync."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="queue_usage")
+    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    queue = models.CharField(max_length=253)
+    flavor = models.CharField(max_length=63)
+    resource = models.CharField(max_length=32)
+    total = models.BigIntegerField()
+    borrowed = models.BigIntegerField(default=0)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "queue", "flavor", "resource"], name="queue_usage_unique")
+        ]

@@ -192,3 +192,15 @@ def kueue_target(cluster: Cluster) -> KueueTarget:
         local_queue_names=local_queues,
         revision=policy_revision(),
     )
+
+
+def allocations() -> dict[tuple[int, str, str], int]:
+    """(unit id, flavor key, resource) → what Kueue last reported its queue holds (one query)."""
+    from quotas.models import QueueUsage
+
+    return {
+        (row["unit_id"], f"{row['cluster__name']}/{row['flavor']}", row["resource"]): row["total"]
+        for row in QueueUsage.objects.filter(unit__isnull=False).values(
+            "unit_id", "cluster__name", "flavor", "resource", "total"
+        )
+    }

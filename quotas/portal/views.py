@@ -36,11 +36,17 @@ def tree(request: HttpRequest) -> HttpResponse:
     snapshot = selectors.org_snapshot()
     flavors = sorted(snapshot.flavors)
     ceilings = effective_ceilings(snapshot)
+    allocated = selectors.allocations()
 
     def node(uid: int) -> dict[str, Any]:
         unit = snapshot.units[uid]
         cells = [
-            (f, snapshot.quota(uid, f, Resource.GPU).guarantee, ceilings.get((uid, f, Resource.GPU), 0))
+            (
+                f,
+                snapshot.quota(uid, f, Resource.GPU).guarantee,
+                ceilings.get((uid, f, Resource.GPU), 0),
+                allocated.get((uid, f, Resource.GPU.value)),
+            )
             for f in flavors
         ]
         children = sorted(snapshot.children.get(uid, ()), key=lambda c: snapshot.units[c].slug)
@@ -82,8 +88,11 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         durations["checkpoint_every"] = (
             format_duration(contract.checkpoint_every_s) if contract.checkpoint_every_s else ""
         )
+    allocated = selectors.allocations()
     chart_rows = [
-        (q.flavor.key, q.guarantee, q.guarantee + q.burst, None) for q in quotas if q.resource == "nvidia.com/gpu"
+        (q.flavor.key, q.guarantee, q.guarantee + q.burst, allocated.get((unit.pk, q.flavor.key, q.resource)))
+        for q in quotas
+        if q.resource == "nvidia.com/gpu"
     ]
     bars, height = quota_bars(chart_rows)
     return render(
@@ -91,7 +100,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         "quotas/unit.html",
         {
             "unit": unit,
-            "rows": [_row(q) for q in quotas],
+            "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource))) for q in quotas],
             "contract": contract,
             "durations": durations,
             "children": unit.children.filter(archived_at__isnull=True).order_by("slug"),
@@ -109,9 +118,10 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
     )
 
 
-def _row(q: Quota) -> dict[str, Any]:
+def _row(q: Quota, allocated: int | None) -> dict[str, Any]:
     resource = Resource(q.resource)
     return {
+        "allocated": "—" if allocated is None else format_quantity(resource, allocated),
         "flavor": q.flavor.key,
         "resource": q.resource,
         "guarantee": format_quantity(resource, q.guarantee),

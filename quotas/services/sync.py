@@ -32,11 +32,24 @@ from django.utils import timezone
 
 from quotas.errors import InputError
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
-from quotas.models import Cluster, ClusterKind, DriftPolicy, SyncMode, SyncObject, SyncOutcome, SyncRun, SyncStatus
+from quotas.models import (
+    Cluster,
+    ClusterKind,
+    DriftPolicy,
+    OrgUnit,
+    QueueUsage,
+    SyncMode,
+    SyncObject,
+    SyncOutcome,
+    SyncRun,
+    SyncStatus,
+)
 from quotas.policy.kueue import compile_kueue, object_key
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
 from quotas.policy.kueue.schema import CrdSchemas
 from quotas.policy.kueue.translate import APPLY_ORDER, CompileError
+from quotas.policy.kueue.usage import QueueUsage as QueueUsageLine
+from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
 from quotas.selectors import kueue_target, org_snapshot
 
@@ -63,6 +76,7 @@ class _Run:
     def __init__(self, run: SyncRun) -> None:
         self.run = run
         self.objects: list[SyncObject] = []
+        self.usage: list[QueueUsageLine] | None = None
 
     def add(
         self,
@@ -136,6 +150,7 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
     actual = {object_key(obj): obj for kind in APPLY_ORDER for obj in client.list_managed(kind)}
+    run.usage = queue_usage(actual.values())
     problems = validate_objects(desired, crd_schemas(client), actual)
     if problems:
         for problem in problems:
@@ -260,6 +275,32 @@ def _apply(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: bo
         run.run.message = f"{written} object(s) written" if written else "in sync: nothing to write"
 
 
+def _record_usage(cluster: Cluster, usage: list[QueueUsageLine], at: Any) -> None:
+    """Replace the cluster's usage with what this read saw: two statements, whatever the size."""
+    units = dict(
+        OrgUnit.objects.filter(path__in={u.unit_path for u in usage}, archived_at__isnull=True).values_list(
+            "path", "pk"
+        )
+    )
+    QueueUsage.objects.filter(cluster=cluster).delete()
+    QueueUsage.objects.bulk_create(
+        [
+            QueueUsage(
+                cluster=cluster,
+                unit_id=units.get(u.unit_path),
+                queue=u.queue,
+                flavor=u.flavor,
+                resource=u.resource.value,
+                total=u.total,
+                borrowed=u.borrowed,
+                observed_at=at,
+            )
+            for u in usage
+        ],
+        batch_size=1000,
+    )
+
+
 @transaction.atomic
 def _record(run: _Run, actor: Actor) -> SyncRun:
     record = run.run
@@ -270,6 +311,8 @@ def _record(run: _Run, actor: Actor) -> SyncRun:
     record.counts = dict(sorted(counts.items()))
     record.save()
     SyncObject.objects.bulk_create(run.objects, batch_size=1000)
+    if run.usage is not None:
+        _record_usage(record.cluster, run.usage, record.started_at)
     if run.count(SyncOutcome.CREATED, SyncOutcome.UPDATED, SyncOutcome.DELETED):
         audit_write(
             [

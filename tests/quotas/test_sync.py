@@ -188,3 +188,39 @@ def test_slurm_clusters_are_refused_here(demo):
 
     with pytest.raises(InputError):
         cluster_sync(actor=None, reason="t", cluster=Cluster.objects.get(name="slurm-lab"))
+
+
+def test_kueues_reported_usage_is_kept_and_shown(demo, fake, client):
+    from django.contrib.auth.models import User
+
+    from quotas.models import QueueUsage
+
+    sync(demo, fake)
+    queue = fake.objects[("ClusterQueue", "", "acme.research.rl")]
+    queue["status"] = {
+        "flavorsUsage": [
+            {
+                "name": "a100-80gb",
+                "resources": [
+                    {"name": "nvidia.com/gpu", "total": "12", "borrowed": "0"},
+                    {"name": "cpu", "total": "96", "borrowed": "0"},
+                    {"name": "example.com/fpga", "total": "1"},
+                ],
+            }
+        ]
+    }
+    sync(demo, fake, mode="drift_check")
+    rows = {
+        (u.flavor, u.resource): (u.total, u.unit and u.unit.path) for u in QueueUsage.objects.select_related("unit")
+    }
+    assert rows == {
+        ("a100-80gb", "nvidia.com/gpu"): (12, "acme/research/rl"),
+        ("a100-80gb", "cpu"): (96_000, "acme/research/rl"),
+    }
+    client.force_login(User.objects.get(username="viewer"))
+    assert "k8s-west/a100-80gb 18/27 · 12 in use" in client.get("/").content.decode()
+    rl = QueueUsage.objects.get(resource="nvidia.com/gpu").unit_id
+    page = client.get(f"/units/{rl}/").content.decode()
+    assert "<td>12</td>" in page and "allocated 12" in page
+    sync(demo, fake, mode="drift_check")  # a newer read replaces the old one
+    assert QueueUsage.objects.count() == 2
