@@ -57,6 +57,22 @@ def _input(
     return dict(serializer.validated_data)
 
 
+def _quota_changes(items: list[dict[str, Any]]) -> list[services.QuotaChange]:
+    """Validated QuotaChangeIn items → the services' QuotaChange."""
+    return [
+        services.QuotaChange(
+            c["unit"].pk,
+            c["flavor"].pk,
+            c["resource"],
+            c.get("guarantee"),
+            c.get("burst"),
+            c.get("lendable"),
+            c.get("version"),
+        )
+        for c in items
+    ]
+
+
 def _reason(data: dict[str, Any]) -> str:
     return str(data.pop("reason", ""))
 
@@ -341,18 +357,7 @@ class QuotaViewSet(ReadViewSet):
     def bulk(self, request: Request) -> Response:
         """Set many quotas at once: all are applied or none."""
         data = _input(s.QuotaBulkIn, request)
-        changes = [
-            services.QuotaChange(
-                c["unit"].pk,
-                c["flavor"].pk,
-                c["resource"],
-                c.get("guarantee"),
-                c.get("burst"),
-                c.get("lendable"),
-                c.get("version"),
-            )
-            for c in data["changes"]
-        ]
+        changes = _quota_changes(data["changes"])
         rows = services.quota_edit(actor=request.user, reason=data["reason"], changes=changes)
         quotas = self.get_queryset().filter(pk__in=[r.pk for r in rows])
         return Response(s.QuotaOut(quotas, many=True).data)
@@ -386,12 +391,7 @@ def preview_view(request: Request) -> Response:
     """What proposed quota changes would do: the violations, and per Kubernetes cluster the exact
     object diff. Nothing is saved."""
     data = _input(s.PreviewIn, request)
-    changes = [
-        services.QuotaChange(
-            c["unit"].pk, c["flavor"].pk, c["resource"], c.get("guarantee"), c.get("burst"), c.get("lendable")
-        )
-        for c in data["changes"]
-    ]
+    changes = _quota_changes(data["changes"])
     return Response(quota_change_preview(changes).as_dict())
 
 
@@ -410,18 +410,7 @@ class ChangeRequestViewSet(ReadViewSet):
     @extend_schema(request=s.QuotaBulkIn, responses={201: s.ChangeRequestOut})
     def create(self, request: Request) -> Response:
         data = _input(s.QuotaBulkIn, request)
-        changes = [
-            services.QuotaChange(
-                c["unit"].pk,
-                c["flavor"].pk,
-                c["resource"],
-                c.get("guarantee"),
-                c.get("burst"),
-                c.get("lendable"),
-                c.get("version"),
-            )
-            for c in data["changes"]
-        ]
+        changes = _quota_changes(data["changes"])
         created = services.change_request_submit(actor=request.user, reason=data["reason"], changes=changes)
         return Response(s.ChangeRequestOut(created).data, status=status.HTTP_201_CREATED)
 
