@@ -191,7 +191,7 @@ def _catalogue(admin: User) -> None:
             name="slurm-lab",
             kind=ClusterKind.SLURM,
             display_name="Slurm Lab",
-            connection_ref="env:ALLOT_SLURM_LAB",
+            connection_ref="slurm:lab",
             description="HPC partition with H100 nodes",
         ),
     }

@@ -43,7 +43,7 @@ class Cluster(models.Model):
         max_length=500,
         blank=True,
         help_text="Where the credentials live, never the credentials: e.g. 'kubeconfig:/etc/allot/west.yaml', "
-        "'in-cluster', or 'env:ALLOT_SLURM_LAB'.",
+        "'in-cluster', or 'slurm:lab' (the cluster's name in slurmdbd).",
     )
     enabled = models.BooleanField(default=True)
     drift_policy = models.CharField(max_length=16, choices=DriftPolicy.choices, default=DriftPolicy.REPORT)

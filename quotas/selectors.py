@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import MappingProxyType
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
@@ -204,3 +205,21 @@ def allocations() -> dict[tuple[int, str, str], int]:
             "unit_id", "cluster__name", "flavor", "resource", "total"
         )
     }
+
+
+def slurm_target(cluster: Cluster) -> Any:
+    """A Slurm cluster's flavors (gres type = flavor name), account names and members."""
+    from quotas.models import Membership
+    from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, slurm_cluster_name
+
+    flavors = tuple(
+        SlurmFlavor(f"{cluster.name}/{name}", name, float(weight))
+        for name, weight in ResourceFlavor.objects.filter(cluster=cluster).values_list("name", "billing_weight")
+    )
+    accounts = dict(active_units().exclude(slurm_account="").values_list("id", "slurm_account"))
+    members: dict[int, list[str]] = {}
+    for unit_id, username in Membership.objects.exclude(slurm_username="").values_list("unit_id", "slurm_username"):
+        members.setdefault(unit_id, []).append(username)
+    return SlurmTarget(
+        slurm_cluster_name(cluster.connection_ref), flavors, accounts, {u: tuple(sorted(m)) for u, m in members.items()}
+    )

@@ -26,6 +26,18 @@ def _database_vendor() -> str:
     return connection.vendor
 
 
+def _slurm_answers() -> bool:
+    import shutil
+    import subprocess
+
+    if not shutil.which("sacctmgr"):
+        return False
+    done = subprocess.run(
+        ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], capture_output=True, timeout=20, check=False
+    )
+    return done.returncode == 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Server-backed tests need their server. Where it is absent they are skipped with the reason,
     unless ALLOT_REQUIRE_SERVERS=1 (set by .ci/run), where its absence fails the run."""
@@ -35,8 +47,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "postgres": os.environ.get("DATABASE_URL", "").startswith("postgres"),
         "redis": bool(os.environ.get("REDIS_URL")),
         "browser": Path(os.environ.get("ALLOT_CHROMIUM", "/usr/bin/chromium")).exists(),
+        "slurm": _slurm_answers(),
     }
-    how = {"postgres": "set DATABASE_URL", "redis": "set REDIS_URL", "browser": "apt-get install chromium"}
+    how = {
+        "postgres": "set DATABASE_URL",
+        "redis": "set REDIS_URL",
+        "browser": "apt-get install chromium",
+        "slurm": "start it with deploy/slurm/local-slurm.sh",
+    }
     for item in items:
         for marker, present in have.items():
             if item.get_closest_marker(marker) and not present:

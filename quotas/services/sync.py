@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from quotas.errors import InputError
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
+from quotas.integrations.slurm import Sacctmgr, SlurmError
 from quotas.models import (
     Cluster,
     ClusterKind,
@@ -51,7 +52,10 @@ from quotas.policy.kueue.translate import APPLY_ORDER, CompileError
 from quotas.policy.kueue.usage import QueueUsage as QueueUsageLine
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
-from quotas.selectors import kueue_target, org_snapshot
+from quotas.policy.slurm.diff import Command as SlurmCommand
+from quotas.policy.slurm.diff import plan_slurm
+from quotas.policy.slurm.translate import compile_slurm
+from quotas.selectors import kueue_target, org_snapshot, slurm_target
 
 from .audit import Actor, audit_event, audit_write, require_reason
 
@@ -114,8 +118,8 @@ def cluster_sync(
     every problem with the cluster itself is recorded in the run, not raised.
     """
     reason = require_reason(reason)
-    if cluster.kind != ClusterKind.KUBERNETES:
-        raise InputError("cluster", f"{cluster.name} is a {cluster.kind} cluster", "sync a Kubernetes cluster here")
+    if cluster.kind == ClusterKind.SLURM:
+        return slurm_sync(actor=actor, reason=reason, cluster=cluster, mode=mode)
     if not cluster.enabled or not settings.ALLOT_KUBERNETES_ENABLED:
         raise InputError(
             "cluster",
@@ -301,6 +305,91 @@ def _record_usage(cluster: Cluster, usage: list[QueueUsageLine], at: Any) -> Non
     )
 
 
+def slurm_sync(
+    *, actor: Actor, reason: str, cluster: Cluster, mode: str = SyncMode.APPLY, runner: Sacctmgr | None = None
+) -> SyncRun:
+    """Read with ``sacctmgr -n -P show``, plan, apply ``sacctmgr -i`` commands in dependency order,
+    read again and prove convergence. Each command, its exit code and output are recorded; a refused
+    command (e.g. a delete blocked by active jobs) is reported and retried by the next sync, never
+    forced. Objects Allot did not create are never changed."""
+    reason = require_reason(reason)
+    if mode == SyncMode.DRIFT_CHECK:
+        mode = SyncMode.DRY_RUN  # the plan is the drift: a dry run reports it field by field
+    run = _Run(
+        SyncRun(
+            cluster=cluster,
+            mode=mode,
+            started_at=timezone.now(),
+            reason=reason,
+            actor_name=getattr(actor, "username", "") or "system",
+        )
+    )
+    runner = runner or Sacctmgr()
+    try:
+        desired = compile_slurm(org_snapshot(), slurm_target(cluster))
+        commands, refusals = _plan_slurm(desired, runner)
+        for refusal in refusals:
+            run.add((refusal.kind, "", refusal.name), SyncOutcome.NOT_OURS, message=refusal.message)
+        if mode == SyncMode.DRY_RUN:
+            would = {
+                "add": SyncOutcome.WOULD_CREATE,
+                "modify": SyncOutcome.WOULD_UPDATE,
+                "delete": SyncOutcome.WOULD_DELETE,
+            }
+            for command in commands:
+                run.add(
+                    (command.kind, "", command.name),
+                    would[command.action],
+                    message="sacctmgr -i "
+                    + " ".join(command.argv)
+                    + ("; " + "; ".join(command.changes) if command.changes else ""),
+                )
+            run.run.status = SyncStatus.WOULD_CHANGE if commands else SyncStatus.IN_SYNC
+            run.run.message = f"{len(commands)} sacctmgr command(s) would run" if commands else "in sync"
+        else:
+            _apply_slurm(run, runner, commands)
+            left, _ = _plan_slurm(desired, runner)
+            if left and run.run.status != SyncStatus.PARTIAL:
+                run.run.status = SyncStatus.PARTIAL
+                run.run.message = f"{len(left)} change(s) still differ after applying: " + "; ".join(
+                    c.kind + " " + c.name for c in left[:5]
+                )
+        run.run.counts = {"sacctmgr_calls": runner.calls}
+    except (ValueError, SlurmError) as exc:
+        run.run.status, run.run.message = SyncStatus.FAILED, str(exc)
+    return _record(run, actor)
+
+
+def _plan_slurm(desired: Any, runner: Sacctmgr) -> tuple[list[SlurmCommand], list[Any]]:
+    accounts, users, qos, descriptions = runner.read(desired.cluster)
+    return plan_slurm(desired, accounts, users, qos, descriptions=descriptions)
+
+
+def _apply_slurm(run: _Run, runner: Sacctmgr, commands: list[SlurmCommand]) -> None:
+    done = {"add": SyncOutcome.CREATED, "modify": SyncOutcome.UPDATED, "delete": SyncOutcome.DELETED}
+    failed = 0
+    for command in commands:
+        result = runner.write(command.argv)
+        text = f"sacctmgr -i {' '.join(command.argv)} → rc={result.returncode}: {result.output}"
+        if result.returncode == 0:
+            run.add((command.kind, "", command.name), done[command.action], message=text)
+        else:
+            failed += 1
+            run.add(
+                (command.kind, "", command.name),
+                SyncOutcome.ERROR,
+                message=text,
+                details={"returncode": result.returncode, "output": result.output},
+            )
+    written = len(commands) - failed
+    if failed:
+        run.run.status = SyncStatus.PARTIAL
+        run.run.message = f"{failed} sacctmgr command(s) failed, {written} applied; the next sync retries them"
+    else:
+        run.run.status = SyncStatus.APPLIED if written else SyncStatus.IN_SYNC
+        run.run.message = f"{written} sacctmgr command(s) applied" if written else "in sync: nothing to write"
+
+
 @transaction.atomic
 def _record(run: _Run, actor: Actor) -> SyncRun:
     record = run.run
@@ -308,7 +397,7 @@ def _record(run: _Run, actor: Actor) -> SyncRun:
     counts: dict[str, int] = {}
     for obj in run.objects:
         counts[obj.outcome] = counts.get(obj.outcome, 0) + 1
-    record.counts = dict(sorted(counts.items()))
+    record.counts = {**dict(sorted(counts.items())), **record.counts}
     record.save()
     SyncObject.objects.bulk_create(run.objects, batch_size=1000)
     if run.usage is not None:

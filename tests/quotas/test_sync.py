@@ -4,7 +4,7 @@ import pytest
 
 from quotas import services
 from quotas.integrations.kubernetes import KueueClient, api_client_for
-from quotas.models import AuditEvent, Cluster, DriftPolicy, Quota, SyncObject, SyncOutcome, SyncStatus
+from quotas.models import AuditEvent, DriftPolicy, Quota, SyncObject, SyncOutcome, SyncStatus
 from quotas.policy import Resource
 from quotas.services.sync import cluster_sync
 from tests.kube_fake import FakeKueueServer
@@ -181,13 +181,6 @@ def test_invalid_compiled_objects_are_never_applied(demo, fake):
     assert {p.name for p in problems} == {"h100-80gb"}
     assert any("supported toleration values: 'Equal'(default), 'Exists'" in p.message for p in problems)
     assert all(p.message.startswith("spec.tolerations: ") and p.message.endswith("(cel)") for p in problems)
-
-
-def test_slurm_clusters_are_refused_here(demo):
-    from quotas.errors import InputError
-
-    with pytest.raises(InputError):
-        cluster_sync(actor=None, reason="t", cluster=Cluster.objects.get(name="slurm-lab"))
 
 
 def test_kueues_reported_usage_is_kept_and_shown(demo, fake, client):

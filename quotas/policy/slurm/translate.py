@@ -157,3 +157,11 @@ def _one_default(users: list[SlurmUser]) -> list[SlurmUser]:
     for user in users:
         first.setdefault(user.name, user.account)
     return [SlurmUser(u.name, u.account, first[u.name], u.fairshare) for u in users]
+
+
+def slurm_cluster_name(connection_ref: str) -> str:
+    """``slurm:<cluster name in slurmdbd>`` → the name; ValueError saying the form otherwise."""
+    kind, _, name = connection_ref.partition(":")
+    if kind != "slurm" or not name:
+        raise ValueError(f"connection_ref {connection_ref!r}: use 'slurm:<cluster name in slurmdbd>', e.g. slurm:lab")
+    return name.lower()

@@ -1,0 +1,75 @@
+"""The only code that runs ``sacctmgr``: three reads, then ``sacctmgr -i`` writes, each with its exit
+code and output kept. A Slurm cluster's ``connection_ref`` is ``slurm:<cluster name in slurmdbd>``."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from quotas.policy.slurm.model import SlurmAccount, SlurmQos, SlurmUser
+from quotas.policy.slurm.parse import parse_assoc, parse_qos
+
+ASSOC_FORMAT = ["Cluster", "Account", "User", "ParentName", "Share", "QOS", "DefaultQOS"]
+QOS_FORMAT = [
+    "Name",
+    "Description",
+    "Priority",
+    "GraceTime",
+    "Preempt",
+    "PreemptExemptTime",
+    "PreemptMode",
+    "UsageFactor",
+    "GrpTRES",
+    "MaxWall",
+    "Flags",
+]
+
+
+class SlurmError(Exception):
+    """sacctmgr is missing, or slurmdbd did not answer; the message says which."""
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    output: str
+
+
+class Sacctmgr:
+    def __init__(self, binary: str = "sacctmgr", timeout: int = 60) -> None:
+        self.binary, self.timeout = binary, timeout
+        self.calls = 0
+
+    def run(self, *argv: str) -> Result:
+        self.calls += 1
+        try:
+            done = subprocess.run(
+                [self.binary, *argv], capture_output=True, text=True, timeout=self.timeout, check=False
+            )
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{self.binary} is not installed here: install Slurm's client (slurm-client)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{self.binary} {' '.join(argv[:3])} did not answer within {self.timeout} s") from exc
+        return Result(tuple(argv), done.returncode, (done.stdout + done.stderr).strip())
+
+    def _read(self, *argv: str) -> str:
+        result = self.run("-n", "-P", *argv)
+        if result.returncode != 0:
+            raise SlurmError(f"sacctmgr {' '.join(argv[:2])} failed (rc={result.returncode}): {result.output}")
+        return result.output
+
+    def read(self, cluster: str) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str]]:
+        """Accounts, user associations, QOS and account descriptions: four read calls."""
+        accounts, users = parse_assoc(
+            self._read("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"), ASSOC_FORMAT
+        )
+        qos = parse_qos(self._read("show", "qos", f"format={','.join(QOS_FORMAT)}"), QOS_FORMAT)
+        descriptions = {}
+        for line in self._read("show", "account", "format=Account,Descr").splitlines():
+            name, _, description = line.partition("|")
+            descriptions[name.lower()] = description.lower()
+        return accounts, users, qos, descriptions
+
+    def write(self, argv: tuple[str, ...]) -> Result:
+        return self.run("-i", *argv)
