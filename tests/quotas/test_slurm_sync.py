@@ -135,3 +135,57 @@ def test_an_account_that_is_not_ours_is_left_alone(lab):
 def test_a_missing_sacctmgr_is_a_clear_failure(lab):
     run = slurm_sync(actor=lab.admin, reason="t", cluster=lab.slurm, runner=Sacctmgr(binary="/nonexistent/sacctmgr"))
     assert run.status == SyncStatus.FAILED and "is not installed" in run.message
+
+
+def _sh(*argv, user=None, check=False):
+    command = ["runuser", "-u", user, "--", *argv] if user else list(argv)
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=check)
+
+
+def test_submissions_are_checked_by_job_submit_lua_against_the_published_snapshot(lab, tmp_path):
+    import time
+    from pathlib import Path
+
+    from quotas.services.slurm_policy import slurm_policy_publish
+
+    services.tier_set(
+        actor=lab.admin, reason="t", name="P2", display_name="Interactive", priority=1000, max_runtime=4 * 3600
+    )
+    cluster_sync(actor=lab.admin, reason="accounts first", cluster=lab.slurm)
+    policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    assert policy["accounts"]["nlp"]["gpus"] == {"a100": 6} and policy["interactive_max_minutes"] == 240
+    for user in ("alice", "bob"):
+        if _sh("id", user).returncode != 0:
+            _sh("useradd", "-M", "-s", "/bin/sh", user, check=True)
+    installed = _sh("bash", "deploy/slurm/install-job-submit.sh")
+    assert installed.returncode == 0, installed.stderr
+    time.sleep(2)
+    ok = _sh(
+        "sbatch",
+        "-A",
+        "nlp",
+        "--gres=gpu:a100:1",
+        "-t",
+        "1",
+        "--chdir=/tmp",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+        user="alice",
+    )
+    assert ok.returncode == 0 and "Submitted batch job" in ok.stdout, ok.stderr
+    too_big = _sh("sbatch", "-A", "nlp", "--gres=gpu:a100:7", "-t", "1", "--wrap", "true", user="alice")
+    assert too_big.returncode != 0
+    assert "Allot: 7 a100 GPUs is more than account nlp (acme/research/nlp) can ever hold: 6" in too_big.stderr
+    wrong_qos = _sh("sbatch", "-A", "nlp", "-q", "guar-vision", "-t", "1", "--wrap", "true", user="alice")
+    assert wrong_qos.returncode != 0 and "account nlp may not use QOS guar-vision" in wrong_qos.stderr
+    long_session = _sh("salloc", "--no-shell", "-A", "nlp", "-t", "300", user="alice")
+    assert long_session.returncode != 0 and "interactive jobs need a time limit of at most 240" in long_session.stderr
+    job = ok.stdout.split()[-1]
+    for _ in range(60):  # the compliant job really runs
+        state = _sh("sacct", "-n", "-X", "-P", "-j", job, "-o", "State").stdout.strip()
+        if state in ("COMPLETED", "FAILED"):
+            break
+        time.sleep(1)
+    assert state == "COMPLETED"

@@ -142,3 +142,23 @@ def test_slurm_time_and_tres_formats():
     assert parse_time("00:00:30") == 30 and parse_time("1-02:00:00") == 93600 and parse_time("") == 0
     assert parse_time("30:00") == 1800
     assert parse_tres("gres/gpu=4,cpu=8") == {"gres/gpu": 4, "cpu": 8} and parse_tres("") == {}
+
+
+def test_the_submission_snapshot_for_job_submit_lua():
+    from quotas.policy.slurm.submit import render_json, render_lua, submit_policy
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    policy = submit_policy(snapshot, target, state, revision=7, archived=["Old-Team", "nlp"])
+    assert policy["version"] == 7 and policy["archived"] == ["old-team"]  # an active account is never archived
+    assert policy["accounts"]["llm"] == {
+        "path": "acme/research/nlp/llm",
+        "qos": ["burst-llm", "guar-llm"],
+        "gpus": {"a100": 0, "h100": 20},
+    }  # no a100 of its own; h100: min over the path
+    assert policy["interactive_max_minutes"] is None
+    lua = render_lua(policy)
+    assert lua.startswith("-- Allot policy snapshot") and 'return {\n  ["accounts"] = {' in lua
+    assert '["gpus"] = {\n        ["a100"] = 0,' in lua and '["qos"] = {"burst-llm", "guar-llm"},' in lua
+    assert lua == render_lua(submit_policy(snapshot, target, state, revision=7, archived=["old-team"]))
+    assert '"version": 7' in render_json(policy)

@@ -1,0 +1,71 @@
+"""The policy snapshot Slurm's controller enforces at submission (deploy/slurm/job_submit.lua).
+
+job_submit.lua runs inside slurmctld holding its locks, so it must never call out: Allot publishes
+everything it needs as a Lua data file (``loadfile`` returns a table) and the same content as JSON.
+Per managed account: the QOS it may use and the most GPUs of each type it can ever hold (its
+effective ceiling); the accounts of archived units; the interactive tier's time limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..capacity import effective_ceiling
+from ..quantity import Resource
+from ..snapshot import OrgSnapshot
+from .model import SlurmState
+from .translate import SlurmTarget
+
+
+def submit_policy(
+    snapshot: OrgSnapshot, target: SlurmTarget, state: SlurmState, *, revision: int, archived: Iterable[str] = ()
+) -> dict[str, Any]:
+    by_name = {(target.accounts.get(uid) or unit.slug).lower(): uid for uid, unit in snapshot.units.items()}
+    accounts: dict[str, Any] = {}
+    for account in state.accounts:
+        uid = by_name[account.name]
+        gpus = {f.gpu_type: effective_ceiling(snapshot, uid, f.key, Resource.GPU) for f in target.flavors}
+        accounts[account.name] = {
+            "path": snapshot.units[uid].path,
+            "qos": sorted(account.qos),
+            "gpus": dict(sorted(gpus.items())),
+        }
+    limits = [t.max_runtime_s for t in snapshot.tiers.values() if t.max_runtime_s]
+    return {
+        "version": revision,
+        "cluster": state.cluster,
+        "accounts": dict(sorted(accounts.items())),
+        "archived": sorted({a.lower() for a in archived} - set(accounts)),
+        "interactive_max_minutes": min(limits) // 60 if limits else None,
+    }
+
+
+def render_json(policy: Mapping[str, Any]) -> str:
+    return json.dumps(policy, sort_keys=True, indent=1) + "\n"
+
+
+def render_lua(policy: Mapping[str, Any]) -> str:
+    """``return { … }``: a Lua table literal ``loadfile`` can read, keys sorted."""
+    return "-- Allot policy snapshot: generated, do not edit.\nreturn " + _lua(policy, 0) + "\n"
+
+
+def _lua(value: Any, depth: int) -> str:
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        items = [f"{inner}[{_lua(str(k), 0)}] = {_lua(v, depth + 1)}," for k, v in sorted(value.items())]
+        return "{\n" + "\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)):
+        return "{" + ", ".join(_lua(v, depth + 1) for v in value) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} to Lua")

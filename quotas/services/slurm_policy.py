@@ -1,0 +1,40 @@
+"""Publish the policy snapshot a Slurm controller enforces (see deploy/slurm/job_submit.lua)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from quotas.models import Cluster, ClusterKind, OrgUnit
+from quotas.policy.slurm.submit import render_json, render_lua, submit_policy
+from quotas.policy.slurm.translate import compile_slurm
+from quotas.selectors import org_snapshot, policy_revision, slurm_target
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write next to the target and rename over it: readers see the old file or the new, never half."""
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def slurm_policy_publish(*, cluster: Cluster, out: Path) -> dict[str, Any]:
+    """Write ``<out>.lua`` and ``<out>.json`` for ``cluster``; returns the policy. Raises ValueError
+    for a cluster that is not Slurm or has no usable connection_ref."""
+    if cluster.kind != ClusterKind.SLURM:
+        raise ValueError(f"{cluster.name} is a {cluster.kind} cluster: the snapshot is for Slurm controllers")
+    snapshot, target = org_snapshot(), slurm_target(cluster)
+    archived = [
+        a or s for a, s in OrgUnit.objects.filter(archived_at__isnull=False).values_list("slurm_account", "slug")
+    ]
+    policy = submit_policy(
+        snapshot, target, compile_slurm(snapshot, target), revision=policy_revision(), archived=archived
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out.with_suffix(".json"), render_json(policy))
+    _atomic_write(out.with_suffix(".lua"), render_lua(policy))
+    return policy
