@@ -19,12 +19,25 @@ def tres(values: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
+_JOINED: dict[int, tuple[tuple[str, ...], str]] = {}
+
+
+def _joined(names: tuple[str, ...]) -> str:
+    """Every guarantee QOS shares one Preempt tuple (all burst QOS): join it once, not once per QOS."""
+    cached = _JOINED.get(id(names))
+    if cached is None or cached[0] is not names:
+        cached = (names, ",".join(names))
+        _JOINED.clear()
+        _JOINED[id(names)] = cached
+    return cached[1]
+
+
 def qos_settings(qos: SlurmQos) -> list[str]:
     """``key=value`` arguments for ``sacctmgr -i add|modify qos``, every field Allot manages."""
     return [
         f"Description={qos.description}",
         f"Priority={qos.priority}",
-        f"Preempt={','.join(qos.preempt)}" if qos.preempt else "Preempt=",
+        f"Preempt={_joined(qos.preempt)}" if qos.preempt else "Preempt=",
         f"PreemptMode={qos.preempt_mode}",
         f"GraceTime={qos.grace_time_s}",
         f"PreemptExemptTime={_clock(qos.preempt_exempt_s)}" if qos.preempt_exempt_s else "PreemptExemptTime=-1",
