@@ -45,9 +45,9 @@ def may_request(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bo
     return is_platform_admin(user) or _within(unit.path, led_paths(user) if led is None else led, strictly=False)
 
 
-def may_approve(user: Viewer, unit: OrgUnit) -> bool:
+def may_approve(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bool:
     """Approve a change to ``unit``'s envelope: a lead strictly above it, or a platform admin."""
-    return may_set_directly(user, unit)
+    return may_set_directly(user, unit, led)
 
 
 def approvers(unit: OrgUnit) -> list[User]:

@@ -190,10 +190,11 @@ def capacity(request: HttpRequest) -> HttpResponse:
 @login_required
 def requests_list(request: HttpRequest) -> HttpResponse:
     mine = ChangeRequest.objects.filter(requested_by_id=request.user.pk).select_related("unit")[:50]
+    led = led_paths(request.user)  # once, not once per pending request
     pending = [
         r
         for r in ChangeRequest.objects.filter(status=ChangeRequestStatus.PENDING).select_related("unit", "requested_by")
-        if may_approve(request.user, r.unit)
+        if may_approve(request.user, r.unit, led)
     ]
     return render(request, "quotas/requests.html", {"mine": mine, "to_decide": pending})
 

@@ -59,12 +59,13 @@ def changed_fields(obj: object, values: dict[str, Any]) -> tuple[dict[str, Any],
     for field, value in values.items():
         old = getattr(obj, field)
         if old != value:
-            before[field], after[field] = _plain(old), _plain(value)
+            before[field], after[field] = plain(old), plain(value)
             setattr(obj, field, value)
     return before, after
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A value as an audit row stores it: JSON types as they are, objects and the rest as text."""
     if hasattr(value, "pk"):
         return str(value)
     if value is None or isinstance(value, (bool, int, str, list, dict)):

@@ -19,7 +19,7 @@ from quotas.policy.invariants import check_contracts, check_flavor_capacity
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot, roots_snapshot
 
-from .audit import Actor, audit_event, audit_write, changed_fields, require_reason
+from .audit import Actor, audit_event, audit_write, changed_fields, plain, require_reason
 from .locks import lock_flavors
 
 M = TypeVar("M", bound=models.Model)
@@ -34,7 +34,7 @@ def _upsert(
     if obj is None:
         obj = model(**lookup, **fields)
         before: dict[str, Any] = {}
-        after = {k: _plain(v) for k, v in {**lookup, **fields}.items()}
+        after = {k: plain(v) for k, v in {**lookup, **fields}.items()}
     else:
         before, after = changed_fields(obj, fields)
     try:
@@ -43,12 +43,6 @@ def _upsert(
         raise InputError.from_dict({k: [str(m) for m in v] for k, v in exc.message_dict.items()}) from exc
     obj.save()
     return obj, created, before, after
-
-
-def _plain(value: Any) -> Any:
-    return (
-        str(value) if hasattr(value, "pk") or not isinstance(value, (bool, int, str, list, dict, type(None))) else value
-    )
 
 
 def _audit(

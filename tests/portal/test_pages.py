@@ -148,3 +148,32 @@ def test_the_own_envelope_becomes_a_change_request_the_head_approves(demo):
     assert refused.status_code == 403
     other.refresh_from_db()
     assert other.status == "pending"
+
+
+def test_the_requests_page_does_not_query_per_pending_request(demo):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from quotas import services
+    from quotas.policy import Resource
+
+    lead, head = User.objects.get(username="lead-nlp"), signed_in("head-research")
+
+    def ask(slug):
+        q = gpu(f"acme/research/nlp/{slug}")
+        services.change_request_submit(
+            actor=lead,
+            reason="x",
+            changes=[services.QuotaChange(q.unit_id, q.flavor_id, Resource.GPU, q.guarantee + 1)],
+        )
+
+    def queries():
+        with CaptureQueriesContext(connection) as captured:
+            assert head.get("/requests/").status_code == 200
+        return len(captured)
+
+    ask("llm-pretrain")
+    one = queries()
+    ask("llm-eval")
+    ask("llm-eval")
+    assert queries() == one  # three pending requests cost what one does
