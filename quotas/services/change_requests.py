@@ -25,6 +25,7 @@ from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import flavor_keys, neighbourhood_snapshot
 
 from .audit import audit_event, audit_write, require_reason
+from .locks import lock_units
 from .quota import QuotaChange, proposed_quota, quota_set_bulk
 
 
@@ -59,6 +60,9 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     Raises NotAllowedError when the actor leads none of the units; InputError without a reason or
     changes; PolicyViolationError when the changes break an invariant even now (the request could
     never be approved as it is: the message says what else would have to change).
+
+    Idempotent: the same pending request sent again by the same person (a double click, a browser
+    retrying a POST) returns the first one; nothing new is recorded or mailed.
     """
     actor = signed_in(actor)
     reason = require_reason(reason)
@@ -84,6 +88,14 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     problems = check_quota_edits(neighbourhood_snapshot(units), edits)
     if problems:
         raise PolicyViolationError(problems)
+    lock_units([top.pk])  # two identical submissions at once: the second sees the first
+    same = ChangeRequest.objects.filter(
+        unit=top, requested_by=actor, status=ChangeRequestStatus.PENDING, reason=reason
+    ).order_by("pk")
+    wanted = [_as_dict(c) for c in based]
+    for earlier in same:
+        if earlier.changes == wanted:
+            return earlier
     request = ChangeRequest.objects.create(
         unit=top, requested_by=actor, reason=reason, created_at=timezone.now(), changes=[_as_dict(c) for c in based]
     )

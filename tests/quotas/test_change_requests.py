@@ -116,3 +116,15 @@ def test_rejection_needs_a_comment(people):
     services.change_request_reject(actor=people["head-research"], request=request, comment="not this quarter")
     request.refresh_from_db()
     assert request.status == ChangeRequestStatus.REJECTED and "not this quarter" in mail.outbox[-1].body
+
+
+def test_the_same_request_sent_twice_is_recorded_once(people):
+    """A double click, or a browser retrying the POST: one request, one mail, one audit row."""
+    before = gpu("acme/research/nlp").guarantee
+    send = [change("acme/research/nlp", before + 3)]
+    first = services.change_request_submit(actor=people["lead-nlp"], reason="burst of evals", changes=send)
+    again = services.change_request_submit(actor=people["lead-nlp"], reason="burst of evals", changes=send)
+    other = services.change_request_submit(actor=people["lead-nlp"], reason="a different reason", changes=send)
+    assert again.pk == first.pk and other.pk != first.pk
+    assert len(mail.outbox) == 2
+    assert AuditEvent.objects.filter(action="change_request_submit").count() == 2
