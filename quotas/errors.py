@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -28,3 +29,13 @@ class StaleVersionError(Exception):
         self.expected = expected
         self.current = current
         super().__init__(f"{what} changed since version {expected}: it is now version {current.get('version')}")
+
+
+def full_clean(obj: Any, exclude: Iterable[str] = ()) -> None:
+    """``obj.full_clean()`` (field validators, no constraints), its errors as an InputError per field."""
+    from django.core.exceptions import ValidationError
+
+    try:
+        obj.full_clean(exclude=list(exclude), validate_constraints=False)
+    except ValidationError as exc:
+        raise InputError.from_dict({k: [str(m) for m in v] for k, v in exc.message_dict.items()}) from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from quotas.errors import InputError
+from quotas.errors import InputError, full_clean
 from quotas.models import Cluster, ClusterKind, Membership, NamespaceBinding, OrgUnit
 
 from .audit import Actor, audit_event, audit_write, require_reason
@@ -33,7 +33,7 @@ def namespace_bind(
             "unbind it there first: a namespace belongs to exactly one unit",
         )
     binding = NamespaceBinding(unit=unit, cluster=cluster, namespace=namespace, local_queue_name=local_queue_name)
-    binding.full_clean(validate_constraints=False)
+    full_clean(binding)
     binding.save()
     audit_write(
         [
@@ -66,7 +66,7 @@ def membership_add(
     if found:
         return found
     member = Membership(unit=unit, user=user, slurm_username=slurm_username)
-    member.full_clean(validate_constraints=False)
+    full_clean(member)
     member.save()
     who = slurm_username or (user.get_username() if user else "")
     audit_write(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
-from quotas.errors import InputError
+from quotas.errors import InputError, full_clean
 from quotas.models import (
     CapacityReservation,
     Cluster,
@@ -37,10 +36,7 @@ def _upsert(
         after = {k: plain(v) for k, v in {**lookup, **fields}.items()}
     else:
         before, after = changed_fields(obj, fields)
-    try:
-        obj.full_clean(validate_constraints=False)
-    except ValidationError as exc:
-        raise InputError.from_dict({k: [str(m) for m in v] for k, v in exc.message_dict.items()}) from exc
+    full_clean(obj)
     obj.save()
     return obj, created, before, after
 

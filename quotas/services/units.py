@@ -7,13 +7,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Concat, Substr
 from django.utils import timezone
 
-from quotas.errors import InputError
+from quotas.errors import InputError, full_clean
 from quotas.models import NamespaceBinding, OrgUnit, ReclamationContract, WorkloadTier
 from quotas.policy import UnitKind
 from quotas.policy.invariants import check_contracts, check_move, check_placement
@@ -49,10 +48,7 @@ def _weight(value: object) -> Decimal:
 
 
 def _clean(unit: OrgUnit, exclude: Iterable[str] = ()) -> None:
-    try:
-        unit.full_clean(exclude=[*exclude, "path", "depth", "parent", "contract"], validate_constraints=False)
-    except ValidationError as exc:
-        raise InputError.from_dict({k: [str(m) for m in v] for k, v in exc.message_dict.items()}) from exc
+    full_clean(unit, exclude=[*exclude, "path", "depth", "parent", "contract"])
 
 
 def _save(unit: OrgUnit) -> None:
