@@ -355,6 +355,7 @@ class SyncOutcome(models.TextChoices):
     INVALID = "invalid"
     CONFLICT = "conflict"
     ERROR = "error"
+    BLOCKED = "blocked", "Refused by the cluster for now (e.g. jobs still running): the next sync retries"
 
 
 class SyncRun(models.Model):

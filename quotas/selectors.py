@@ -223,3 +223,11 @@ def slurm_target(cluster: Cluster) -> Any:
     return SlurmTarget(
         slurm_cluster_name(cluster.connection_ref), flavors, accounts, {u: tuple(sorted(m)) for u, m in members.items()}
     )
+
+
+def slurm_desired(cluster: Cluster) -> Any:
+    """What Allot wants on a Slurm cluster now: its :class:`SlurmState` (raises ValueError for a
+    connection_ref that is not ``slurm:<name>``)."""
+    from quotas.policy.slurm.translate import compile_slurm
+
+    return compile_slurm(org_snapshot(), slurm_target(cluster))

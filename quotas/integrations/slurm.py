@@ -3,8 +3,12 @@ code and output kept. A Slurm cluster's ``connection_ref`` is ``slurm:<cluster n
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from quotas.policy.slurm.model import SlurmAccount, SlurmQos, SlurmUser
 from quotas.policy.slurm.parse import parse_assoc, parse_qos
@@ -37,15 +41,17 @@ class Result:
 
 
 class Sacctmgr:
-    def __init__(self, binary: str = "sacctmgr", timeout: int = 60) -> None:
+    def __init__(self, binary: str = "sacctmgr", timeout: int = 60, env: Mapping[str, str] | None = None) -> None:
+        """``env``: extra environment, e.g. ``SLURM_CONF`` for a cluster whose slurm.conf is elsewhere."""
         self.binary, self.timeout = binary, timeout
+        self.env = {**os.environ, **env} if env else None
         self.calls = 0
 
     def run(self, *argv: str) -> Result:
         self.calls += 1
         try:
             done = subprocess.run(
-                [self.binary, *argv], capture_output=True, text=True, timeout=self.timeout, check=False
+                [self.binary, *argv], capture_output=True, text=True, timeout=self.timeout, check=False, env=self.env
             )
         except FileNotFoundError as exc:
             raise SlurmError(f"{self.binary} is not installed here: install Slurm's client (slurm-client)") from exc
@@ -56,7 +62,13 @@ class Sacctmgr:
     def _read(self, *argv: str) -> str:
         result = self.run("-n", "-P", *argv)
         if result.returncode != 0:
-            raise SlurmError(f"sacctmgr {' '.join(argv[:2])} failed (rc={result.returncode}): {result.output}")
+            hint = ""
+            if "connection refused" in result.output.lower() or "persistent connection" in result.output.lower():
+                hint = (
+                    "slurmdbd did not answer: is it running, and do AccountingStorageHost/Port in slurm.conf "
+                    "point at it? Nothing was changed; the next sync tries again. "
+                )
+            raise SlurmError(f"{hint}sacctmgr {' '.join(argv[:2])} failed (rc={result.returncode}): {result.output}")
         return result.output
 
     def read(self, cluster: str) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str]]:
@@ -64,12 +76,30 @@ class Sacctmgr:
         accounts, users = parse_assoc(
             self._read("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"), ASSOC_FORMAT
         )
-        qos = parse_qos(self._read("show", "qos", f"format={','.join(QOS_FORMAT)}"), QOS_FORMAT)
+        qos = self.read_qos()
         descriptions = {}
         for line in self._read("show", "account", "format=Account,Descr").splitlines():
             name, _, description = line.partition("|")
             descriptions[name.lower()] = description.lower()
         return accounts, users, qos, descriptions
 
+    def read_tres(self) -> set[str]:
+        """The cluster's trackable resources as limits name them, e.g. ``gres/gpu:a100``."""
+        found = set()
+        for line in self._read("show", "tres", "format=Type,Name").splitlines():
+            kind, _, name = line.partition("|")
+            found.add(f"{kind}/{name}".lower() if name else kind.lower())
+        return found
+
+    def read_qos(self) -> list[SlurmQos]:
+        return parse_qos(self._read("show", "qos", f"format={','.join(QOS_FORMAT)}"), QOS_FORMAT)
+
     def write(self, argv: tuple[str, ...]) -> Result:
         return self.run("-i", *argv)
+
+    def load(self, text: str) -> Result:
+        """``sacctmgr -i load file=…`` of a (partial) dump: new accounts and users in one call."""
+        with tempfile.TemporaryDirectory(prefix="allot-sacctmgr-") as work:
+            path = Path(work) / "allot-load.cfg"
+            path.write_text(text)
+            return self.run("-i", "load", f"file={path}")

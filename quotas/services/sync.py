@@ -53,9 +53,10 @@ from quotas.policy.kueue.usage import QueueUsage as QueueUsageLine
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
 from quotas.policy.slurm.diff import Command as SlurmCommand
-from quotas.policy.slurm.diff import plan_slurm
-from quotas.policy.slurm.translate import compile_slurm
-from quotas.selectors import kueue_target, org_snapshot, slurm_target
+from quotas.policy.slurm.diff import Step as SlurmStep
+from quotas.policy.slurm.diff import batch as slurm_batch
+from quotas.policy.slurm.diff import check_tres, plan_slurm
+from quotas.selectors import kueue_target, org_snapshot, slurm_desired
 
 from .audit import Actor, audit_event, audit_write, require_reason
 
@@ -114,17 +115,17 @@ def cluster_sync(
 ) -> SyncRun:
     """Sync ``cluster`` (see the module docstring). Returns the recorded :class:`SyncRun`.
 
-    Raises InputError for a reason missing, a cluster that is not Kubernetes or is disabled;
+    Raises InputError for a reason missing, a cluster that is disabled;
     every problem with the cluster itself is recorded in the run, not raised.
     """
     reason = require_reason(reason)
-    if cluster.kind == ClusterKind.SLURM:
+    if cluster.kind == ClusterKind.SLURM and cluster.enabled:
         return slurm_sync(actor=actor, reason=reason, cluster=cluster, mode=mode)
     if not cluster.enabled or not settings.ALLOT_KUBERNETES_ENABLED:
         raise InputError(
             "cluster",
             f"syncing {cluster.name} is switched off",
-            "enable the cluster (and ALLOT_KUBERNETES_ENABLED) first",
+            "enable the cluster (and, for Kubernetes, ALLOT_KUBERNETES_ENABLED) first",
         )
     run = _Run(
         SyncRun(
@@ -308,13 +309,16 @@ def _record_usage(cluster: Cluster, usage: list[QueueUsageLine], at: Any) -> Non
 def slurm_sync(
     *, actor: Actor, reason: str, cluster: Cluster, mode: str = SyncMode.APPLY, runner: Sacctmgr | None = None
 ) -> SyncRun:
-    """Read with ``sacctmgr -n -P show``, plan, apply ``sacctmgr -i`` commands in dependency order,
-    read again and prove convergence. Each command, its exit code and output are recorded; a refused
-    command (e.g. a delete blocked by active jobs) is reported and retried by the next sync, never
-    forced. Objects Allot did not create are never changed."""
+    """Read with ``sacctmgr -n -P show``, plan per object, fold the plan into as few ``sacctmgr -i``
+    calls as possible (see quotas/policy/slurm/diff.py), apply them in dependency order, read again
+    and prove convergence. Each call, its exit code and output are recorded on the objects it
+    covered; a failed batched call is retried object by object; a delete refused because jobs are
+    running is ``blocked`` and retried by the next sync, never forced. Objects Allot did not create
+    are never changed; names Slurm would store differently are reported and left out.
+
+    ``drift_check`` reports the plan field by field (``drift``), or applies it when the cluster's
+    drift policy is ``correct``."""
     reason = require_reason(reason)
-    if mode == SyncMode.DRIFT_CHECK:
-        mode = SyncMode.DRY_RUN  # the plan is the drift: a dry run reports it field by field
     run = _Run(
         SyncRun(
             cluster=cluster,
@@ -326,35 +330,35 @@ def slurm_sync(
     )
     runner = runner or Sacctmgr()
     try:
-        desired = compile_slurm(org_snapshot(), slurm_target(cluster))
+        desired = slurm_desired(cluster)
+        for problem in desired.problems:
+            run.add((problem.kind, "", problem.name), SyncOutcome.INVALID, message=problem.message)
         commands, refusals = _plan_slurm(desired, runner)
         for refusal in refusals:
             run.add((refusal.kind, "", refusal.name), SyncOutcome.NOT_OURS, message=refusal.message)
-        if mode == SyncMode.DRY_RUN:
-            would = {
-                "add": SyncOutcome.WOULD_CREATE,
-                "modify": SyncOutcome.WOULD_UPDATE,
-                "delete": SyncOutcome.WOULD_DELETE,
-            }
-            for command in commands:
-                run.add(
-                    (command.kind, "", command.name),
-                    would[command.action],
-                    message="sacctmgr -i "
-                    + " ".join(command.argv)
-                    + ("; " + "; ".join(command.changes) if command.changes else ""),
-                )
-            run.run.status = SyncStatus.WOULD_CHANGE if commands else SyncStatus.IN_SYNC
-            run.run.message = f"{len(commands)} sacctmgr command(s) would run" if commands else "in sync"
+        if any(c.kind == "qos" and c.action != "delete" for c in commands):
+            commands, waiting = check_tres(desired, commands, runner.read_tres())
+            for problem in waiting:
+                run.add((problem.kind, "", problem.name), SyncOutcome.INVALID, message=problem.message)
+        steps = slurm_batch(commands, desired.cluster)
+        drift = mode == SyncMode.DRIFT_CHECK and cluster.drift_policy != DriftPolicy.CORRECT
+        if drift or mode == SyncMode.DRY_RUN:
+            _report_slurm_plan(run, steps, drift=drift)
         else:
-            _apply_slurm(run, runner, commands)
+            _apply_slurm(run, runner, steps)
             left, _ = _plan_slurm(desired, runner)
+            skipped = {(o.kind, o.name) for o in run.objects if o.outcome == SyncOutcome.INVALID}
+            left = [c for c in left if (c.kind, c.name) not in skipped]
             if left and run.run.status != SyncStatus.PARTIAL:
                 run.run.status = SyncStatus.PARTIAL
                 run.run.message = f"{len(left)} change(s) still differ after applying: " + "; ".join(
                     c.kind + " " + c.name for c in left[:5]
                 )
-        run.run.counts = {"sacctmgr_calls": runner.calls}
+        invalid = run.count(SyncOutcome.INVALID)
+        if invalid and run.run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC):
+            run.run.status = SyncStatus.PARTIAL
+            run.run.message += f"; {invalid} object(s) left out: see the invalid ones"
+        run.run.counts = {"sacctmgr_calls": runner.calls, "planned_calls": len(steps)}
     except (ValueError, SlurmError) as exc:
         run.run.status, run.run.message = SyncStatus.FAILED, str(exc)
     return _record(run, actor)
@@ -365,29 +369,97 @@ def _plan_slurm(desired: Any, runner: Sacctmgr) -> tuple[list[SlurmCommand], lis
     return plan_slurm(desired, accounts, users, qos, descriptions=descriptions)
 
 
-def _apply_slurm(run: _Run, runner: Sacctmgr, commands: list[SlurmCommand]) -> None:
-    done = {"add": SyncOutcome.CREATED, "modify": SyncOutcome.UPDATED, "delete": SyncOutcome.DELETED}
-    failed = 0
-    for command in commands:
-        result = runner.write(command.argv)
-        text = f"sacctmgr -i {' '.join(command.argv)} → rc={result.returncode}: {result.output}"
-        if result.returncode == 0:
-            run.add((command.kind, "", command.name), done[command.action], message=text)
-        else:
-            failed += 1
+def _call_text(step: SlurmStep) -> str:
+    return "sacctmgr -i " + " ".join(step.argv if not step.load else ("load", "file=<the partial dump below>"))
+
+
+def _report_slurm_plan(run: _Run, steps: list[SlurmStep], *, drift: bool) -> None:
+    would = {"add": SyncOutcome.WOULD_CREATE, "modify": SyncOutcome.WOULD_UPDATE, "delete": SyncOutcome.WOULD_DELETE}
+    missing = {"add": "missing on the cluster", "modify": "changed on the cluster", "delete": "no longer desired"}
+    planned = 0
+    for step in steps:
+        for command in step.commands:
+            planned += 1
+            head = missing[command.action] if drift else f"{command.action} {command.kind}"
             run.add(
                 (command.kind, "", command.name),
-                SyncOutcome.ERROR,
-                message=text,
-                details={"returncode": result.returncode, "output": result.output},
+                SyncOutcome.DRIFT if drift else would[command.action],
+                changes=command.changes,
+                message=f"{head}: {command.summary or command.name} — by {_call_text(step)}",
+                details={"file": step.load} if step.load and command is step.commands[0] else None,
             )
-    written = len(commands) - failed
-    if failed:
+    if drift:
+        run.run.status = SyncStatus.DRIFT if planned else SyncStatus.IN_SYNC
+        run.run.message = f"{planned} object(s) differ from the policy" if planned else "in sync"
+    else:
+        run.run.status = SyncStatus.WOULD_CHANGE if planned else SyncStatus.IN_SYNC
+        run.run.message = f"{planned} object(s) would change in {len(steps)} sacctmgr call(s)" if planned else "in sync"
+
+
+JOBS_ACTIVE = ("job(s) active", "jobs running", "running jobs")
+
+
+def _apply_slurm(run: _Run, runner: Sacctmgr, steps: list[SlurmStep]) -> None:
+    done = {"add": SyncOutcome.CREATED, "modify": SyncOutcome.UPDATED, "delete": SyncOutcome.DELETED}
+    failed = blocked = written = 0
+    calls = runner.calls
+    held: set[str] = set()
+
+    def record(command: SlurmCommand, step: SlurmStep, result: Any, first: bool) -> None:
+        nonlocal failed, blocked, written
+        text = f"{_call_text(step)} → rc={result.returncode}: {result.output[:2000]}"
+        details: dict[str, Any] = {"returncode": result.returncode, "objects_in_call": len(step.commands)}
+        if first and step.load:
+            details["file"] = step.load
+        if result.returncode == 0:
+            written += 1
+            run.add(
+                (command.kind, "", command.name),
+                done[command.action],
+                changes=command.changes,
+                message=text,
+                details=details,
+            )
+        elif command.action == "delete" and any(m in result.output.lower() for m in JOBS_ACTIVE):
+            blocked += 1
+            held.add(command.name.split("@")[-1])
+            run.add((command.kind, "", command.name), SyncOutcome.BLOCKED, message=text, details=details)
+        elif command.kind == "qos" and command.action == "delete" and any(f"A = {a} " in result.output for a in held):
+            blocked += 1  # still the QOS of an account whose delete waits for its jobs
+            run.add(
+                (command.kind, "", command.name),
+                SyncOutcome.BLOCKED,
+                message=f"waits for the account(s) blocked by running jobs; {text}",
+                details=details,
+            )
+        else:
+            failed += 1
+            run.add((command.kind, "", command.name), SyncOutcome.ERROR, message=text, details=details)
+
+    for step in steps:
+        result = runner.load(step.load) if step.load else runner.write(step.argv)
+        if result.returncode == 0 or len(step.commands) == 1:
+            for i, command in enumerate(step.commands):
+                record(command, step, result, i == 0)
+            continue
+        for command in step.commands:  # one object per call, so each gets its own outcome
+            single = SlurmStep(command.argv, (command,))
+            record(command, single, runner.write(command.argv), True)
+    if failed or blocked:
         run.run.status = SyncStatus.PARTIAL
-        run.run.message = f"{failed} sacctmgr command(s) failed, {written} applied; the next sync retries them"
+        parts = [f"{written} object(s) written"]
+        if failed:
+            parts.append(f"{failed} failed")
+        if blocked:
+            parts.append(f"{blocked} delete(s) blocked by running jobs")
+        run.run.message = ", ".join(parts) + "; the next sync retries them"
     else:
         run.run.status = SyncStatus.APPLIED if written else SyncStatus.IN_SYNC
-        run.run.message = f"{written} sacctmgr command(s) applied" if written else "in sync: nothing to write"
+        run.run.message = (
+            f"{written} object(s) written in {runner.calls - calls} sacctmgr call(s)"
+            if written
+            else "in sync: nothing to write"
+        )
 
 
 @transaction.atomic

@@ -41,6 +41,15 @@ class SlurmQos:
     flags: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """An object Allot will not write, and why: reported per object, the rest of the sync goes on."""
+
+    kind: str
+    name: str
+    message: str
+
+
 @dataclass(frozen=True)
 class SlurmState:
     cluster: str
@@ -49,3 +58,5 @@ class SlurmState:
     qos: tuple[SlurmQos, ...]
     billing: Mapping[str, str] = field(default_factory=dict)
     """Flavor → the TRESBillingWeights its partition should carry (sites set it in slurm.conf)."""
+    problems: tuple[Problem, ...] = ()
+    """Units and members left out, e.g. names Slurm would store differently (uppercase, spaces)."""

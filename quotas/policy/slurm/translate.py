@@ -12,7 +12,15 @@ Mapping (DESIGN.md, "Compiling to Slurm"; shared/reference/slurm/NOTES.md §5 an
 * a unit's burst → QOS ``burst-<account>``: ``GrpTRES`` = burst, low priority,
   ``PreemptMode=requeue``, ``GraceTime`` and ``PreemptExemptTime`` from its contract (grace period,
   minimum run window), ``UsageFactor=0.5`` (borrowed time counts half in fair-share);
+* a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall``; every
+  account with QOS of its own may use it (it is never the default); a preemptible tier's QOS is
+  requeued like burst;
 * each account may use its own QOS (``DefaultQOS`` = its guarantee QOS);
+* QOS descriptions are the same for every QOS of a kind (the name says whose it is), so QOS that
+  share their limits are written by one sacctmgr call;
+* a name Slurm would store differently (uppercase, spaces, punctuation sacctmgr splits on) is not
+  lowercased behind the user's back: the unit (with everything under it) or member is left out and
+  reported as a :class:`Problem` before anything is applied;
 * QOS come first, preemptees (burst) before preemptors (guarantees); accounts top-down; names
   lowercased (sacctmgr lowercases them anyway).
 
@@ -21,14 +29,30 @@ Deterministic: sorted everywhere, no timestamps.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
-from .model import SlurmAccount, SlurmQos, SlurmState, SlurmUser
+from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
 
 GUARANTEE_PRIORITY, BURST_PRIORITY = 1000, 10
+GUARANTEE_DESCRIPTION = "allot: guaranteed gpus"
+BURST_DESCRIPTION = "allot: borrowed gpus, requeued on reclaim"
+SLURM_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,62}$")
+
+
+def slurm_name_problem(name: str) -> str:
+    """Why Slurm would not keep ``name`` as it is (it lowercases names; sacctmgr splits on spaces,
+    commas, quotes and ``=``), or "" when it is fine."""
+    if SLURM_NAME.match(name):
+        return ""
+    hint = name.strip().lower().replace(" ", "-")
+    return (
+        f"{name!r} is not a name Slurm keeps as it is (Slurm lowercases names and sacctmgr splits on spaces, "
+        f"commas, quotes and '='): use lowercase letters, digits, '-', '_' or '.', e.g. {hint!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +76,22 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
     flavors = sorted(target.flavors, key=lambda f: f.gpu_type)
     keys = {f.key for f in flavors}
     present = _present(snapshot, target, keys)
-    name = {uid: (target.accounts.get(uid) or snapshot.units[uid].slug).lower() for uid in present}
+    name = {uid: target.accounts.get(uid) or snapshot.units[uid].slug for uid in present}
+    problems = []
+    for uid in sorted(present, key=lambda u: snapshot.units[u].path):
+        why = slurm_name_problem(name[uid])
+        if why:
+            problems.append(
+                Problem(
+                    "account",
+                    name[uid],
+                    f"{snapshot.units[uid].path}: {why}; the unit and "
+                    "everything under it are left out of Slurm until it is renamed",
+                )
+            )
+    bad = {uid for uid in present if slurm_name_problem(name[uid])}
+    present = {uid for uid in present if uid not in bad and not bad.intersection(snapshot.ancestors(uid))}
+    tier_qos = _tier_qos(snapshot)
     burst_qos, guar_qos = {}, {}
     for uid in sorted(present, key=lambda u: snapshot.units[u].path):
         children = [c for c in snapshot.children.get(uid, ()) if c in present]
@@ -64,12 +103,11 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 guar[f"gres/gpu:{flavor.gpu_type}"] = residual
             if quota.burst > 0:
                 burst[f"gres/gpu:{flavor.gpu_type}"] = quota.burst
-        path = snapshot.units[uid].path
         contract = snapshot.effective_contract(uid)
         if burst:
             burst_qos[uid] = SlurmQos(
                 f"burst-{name[uid]}",
-                f"borrowing above guarantee {path}".lower(),
+                BURST_DESCRIPTION,
                 BURST_PRIORITY,
                 preempt_mode="requeue",
                 grace_time_s=contract.grace_period_s if contract else 0,
@@ -79,17 +117,23 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
             )
         if guar:
             guar_qos[uid] = guar
-    preemptees = tuple(sorted(q.name for q in burst_qos.values()))
-    qos = sorted(burst_qos.values(), key=lambda q: q.name) + [
-        SlurmQos(
-            f"guar-{name[uid]}",
-            f"guaranteed gpu quota {snapshot.units[uid].path}".lower(),
-            GUARANTEE_PRIORITY,
-            preempt=preemptees,
-            grp_tres=tres,
-        )
-        for uid, tres in sorted(guar_qos.items(), key=lambda kv: name[kv[0]])
-    ]
+    preemptees = tuple(
+        sorted([q.name for q in burst_qos.values()] + [q.name for q in tier_qos if q.preempt_mode == "requeue"])
+    )
+    qos = (
+        tier_qos
+        + sorted(burst_qos.values(), key=lambda q: q.name)
+        + [
+            SlurmQos(
+                f"guar-{name[uid]}",
+                GUARANTEE_DESCRIPTION,
+                GUARANTEE_PRIORITY,
+                preempt=preemptees,
+                grp_tres=tres,
+            )
+            for uid, tres in sorted(guar_qos.items(), key=lambda kv: name[kv[0]])
+        ]
+    )
     accounts = []
     for uid in _top_down(snapshot, present):
         unit = snapshot.units[uid]
@@ -103,6 +147,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 if n
             )
         )
+        if own:
+            own = tuple(sorted(own + tuple(q.name for q in tier_qos)))
         root = snapshot.units[(snapshot.ancestors(uid) or [uid])[-1]]
         accounts.append(
             SlurmAccount(
@@ -112,20 +158,39 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 f"{unit.kind} {unit.path}".lower(),
                 root.slug.lower(),
                 own,
-                f"guar-{name[uid]}" if uid in guar_qos else (own[0] if own else ""),
+                f"guar-{name[uid]}" if uid in guar_qos else (f"burst-{name[uid]}" if uid in burst_qos else ""),
             )
         )
+    members = {(u, uid) for uid, users in target.members.items() if uid in present for u in users}
+    for user, uid in sorted(members):
+        why = slurm_name_problem(user)
+        if why:
+            problems.append(Problem("user", f"{user}@{name[uid]}", f"member of {snapshot.units[uid].path}: {why}"))
     users = sorted(
-        {
-            SlurmUser(u.lower(), name[uid], name[uid])
-            for uid, members in target.members.items()
-            if uid in present
-            for u in members
-        },
+        {SlurmUser(u, name[uid], name[uid]) for u, uid in members if not slurm_name_problem(u)},
         key=lambda u: (u.name, u.account),
     )
     billing = {f.key: f"CPU=1.0,Mem=0.25G,GRES/gpu:{f.gpu_type}={f.billing_weight * 10:g}" for f in flavors}
-    return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing)
+    return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing, tuple(problems))
+
+
+def _tier_qos(snapshot: OrgSnapshot) -> list[SlurmQos]:
+    """``tier-<name>`` for each tier with a runtime limit: ``MaxWall`` in minutes (rounded up)."""
+    found = []
+    for tier in sorted(snapshot.tiers.values(), key=lambda t: t.name):
+        if not tier.max_runtime_s:
+            continue
+        label = " ".join(re.sub(r"[^a-z0-9 -]+", " ", (tier.display_name or tier.name).lower()).split())
+        found.append(
+            SlurmQos(
+                f"tier-{tier.name.lower()}",
+                f"allot: tier {tier.name.lower()} {label}"[:60],
+                BURST_PRIORITY if tier.preemptible else GUARANTEE_PRIORITY,
+                preempt_mode="requeue" if tier.preemptible else "cluster",
+                max_wall_min=-(-tier.max_runtime_s // 60),
+            )
+        )
+    return found
 
 
 def _present(snapshot: OrgSnapshot, target: SlurmTarget, keys: set[str]) -> set[int]:

@@ -2,10 +2,12 @@
 
 from quotas.policy import Resource, UnitKind
 from quotas.policy.builder import TreeBuilder
+from quotas.policy.slurm.diff import batch, plan_slurm
+from quotas.policy.slurm.model import SlurmAccount, SlurmQos
 from quotas.policy.slurm.parse import parse_assoc, parse_qos, parse_time, parse_tres
 from quotas.policy.slurm.render import qos_script, render_dump
 from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, compile_slurm
-from quotas.policy.snapshot import Contract
+from quotas.policy.snapshot import Contract, Tier
 
 H100, A100 = "lab/h100", "lab/a100"
 
@@ -29,7 +31,7 @@ def tree():
     target = SlurmTarget(
         "lab",
         (SlurmFlavor(H100, "h100", 2.0), SlurmFlavor(A100, "a100", 1.0)),
-        members={nlp: ("Alice", "dave"), llm: ("alice",), ops: ("erin",)},
+        members={nlp: ("alice", "dave"), llm: ("alice",), ops: ("erin",)},
     )
     return b.build(), target
 
@@ -65,7 +67,7 @@ def test_guarantees_are_qos_on_the_residual_and_burst_preemptible_under_the_cont
     assert all(not name.startswith("gres") for a in state.accounts for name in a.qos)
 
 
-def test_users_lowercased_with_one_default_account_and_billing_weights():
+def test_users_with_one_default_account_and_billing_weights():
     state = compile_slurm(*tree())
     assert [(u.name, u.account, u.default_account) for u in state.users] == [
         ("alice", "llm", "llm"),
@@ -97,7 +99,7 @@ def test_dump_format_puts_each_parent_before_its_children():
     )
     assert "User - 'dave':DefaultAccount='nlp':Fairshare=1" in lines
     script = qos_script(compile_slurm(*tree()))
-    assert "sacctmgr -i add qos burst-nlp 'Description=borrowing above guarantee acme/research/nlp'" in script
+    assert "sacctmgr -i add qos burst-nlp 'Description=allot: borrowed gpus, requeued on reclaim'" in script
     assert "'GrpTRES=gres/gpu:a100=2,gres/gpu:h100=8'" in script and "'PreemptExemptTime=00:00:30'" in script
 
 
@@ -162,3 +164,144 @@ def test_the_submission_snapshot_for_job_submit_lua():
     assert '["gpus"] = {\n        ["a100"] = 0,' in lua and '["qos"] = {"burst-llm", "guar-llm"},' in lua
     assert lua == render_lua(submit_policy(snapshot, target, state, revision=7, archived=["old-team"]))
     assert '"version": 7' in render_json(policy)
+
+
+def test_names_slurm_would_change_are_reported_and_left_out_not_lowercased():
+    b = TreeBuilder()
+    b.flavor(A100, 8)
+    acme = b.unit("acme", UnitKind.ORGANISATION)
+    bad = b.unit("Vision Team", UnitKind.TEAM, acme)
+    below = b.unit("cv", UnitKind.PROJECT, bad)
+    good = b.unit("nlp", UnitKind.TEAM, acme)
+    b.quota(acme, A100, Resource.GPU, 8)
+    for unit in (bad, below, good):
+        b.quota(unit, A100, Resource.GPU, 2)
+    target = SlurmTarget("lab", (SlurmFlavor(A100, "a100"),), members={good: ("Alice", "bob")})
+    state = compile_slurm(b.build(), target)
+    assert [a.name for a in state.accounts] == ["acme", "nlp"]  # the bad unit and cv under it are left out
+    assert [u.name for u in state.users] == ["bob"]
+    problems = {(p.kind, p.name): p.message for p in state.problems}
+    assert set(problems) == {("account", "Vision Team"), ("user", "Alice@nlp")}
+    assert "acme/Vision Team" in problems[("account", "Vision Team")]
+    assert "e.g. 'vision-team'" in problems[("account", "Vision Team")]
+    assert (
+        "Slurm lowercases names" in problems[("user", "Alice@nlp")]
+        and "e.g. 'alice'" in problems[("user", "Alice@nlp")]
+    )
+
+
+def test_tiers_with_a_runtime_limit_become_qos_every_account_may_use():
+    snapshot, target = tree()
+    tiers = {
+        "P2": Tier("P2", 1000, False, 4 * 3600 + 30, display_name="Interactive (notebooks)"),
+        "P3": Tier("P3", 100, True, 3600),
+        "P0": Tier("P0", 10000, False),
+    }
+    state = compile_slurm(snapshot.__class__(**{**snapshot.__dict__, "tiers": tiers}), target)
+    qos = {q.name: q for q in state.qos}
+    assert qos["tier-p2"].max_wall_min == 241 and qos["tier-p2"].description == "allot: tier p2 interactive notebooks"
+    assert qos["tier-p3"].preempt_mode == "requeue" and "tier-p3" in qos["guar-nlp"].preempt
+    assert "tier-p2" not in qos["guar-nlp"].preempt and "tier-p0" not in qos
+    accounts = {a.name: a for a in state.accounts}
+    assert accounts["nlp"].qos == ("burst-nlp", "guar-nlp", "tier-p2", "tier-p3")
+    assert accounts["nlp"].default_qos == "guar-nlp"  # a tier is never the default
+    names = [q.name for q in state.qos]
+    assert names.index("tier-p3") < names.index("guar-nlp")
+
+
+def test_a_fresh_cluster_is_one_load_and_qos_calls_shared_by_equal_limits():
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    commands, _ = plan_slurm(state, [], [], [], descriptions={})
+    steps = batch(commands, "lab")
+    assert sum(len(s.commands) for s in steps) == len(commands)  # every object is covered exactly once
+    [load] = [s for s in steps if s.load]
+    assert load.argv == ("load",) and {c.kind for c in load.commands} == {"account", "user"}
+    lines = load.load.splitlines()
+    assert lines[1] == "Cluster - 'lab'"  # no settings: the cluster's own line is left alone
+    assert lines.index("Parent - 'root'") < lines.index("Parent - 'acme'") < lines.index("Parent - 'nlp'")
+    assert "User - 'dave':DefaultAccount='nlp':Fairshare=1" in lines
+    qos_steps = [s for s in steps if not s.load]
+    assert all(s.argv[:2] == ("add", "qos") for s in qos_steps)
+    # burst-llm and burst-nlp... differ in GrpTRES; the order is still preemptees first
+    first_guarantee = next(i for i, s in enumerate(qos_steps) if s.commands[0].name.startswith("guar-"))
+    assert all(c.name.startswith("burst-") for s in qos_steps[:first_guarantee] for c in s.commands)
+    assert steps.index(load) == len(steps) - 1
+
+
+def test_equal_settings_share_a_call_and_modifies_set_only_what_differs():
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    qos = list(state.qos)
+    # the cluster has every QOS, but burst-llm is missing from each guarantee's Preempt list and
+    # guar-ops has the wrong GrpTRES
+    actual = [
+        SlurmQos(
+            q.name,
+            q.description,
+            q.priority,
+            tuple(p for p in q.preempt if p != "burst-llm"),
+            q.preempt_mode,
+            q.grace_time_s,
+            q.preempt_exempt_s,
+            q.usage_factor,
+            {"gres/gpu:h100": 1} if q.name == "guar-ops" else q.grp_tres,
+        )
+        for q in qos
+    ]
+    accounts = [
+        SlurmAccount(
+            a.name, a.parent, a.fairshare + (1 if a.name in ("nlp", "llm") else 0), "", "", a.qos, a.default_qos
+        )
+        for a in state.accounts
+    ]
+    descriptions = {a.name: a.description for a in state.accounts}
+    commands, refusals = plan_slurm(state, accounts, [], actual, descriptions=descriptions)
+    assert refusals == []
+    guarantees = [c for c in commands if c.kind == "qos"]
+    assert {c.name for c in guarantees} == {q.name for q in qos if q.preempt}
+    ops = next(c for c in guarantees if c.name == "guar-ops")
+    assert [ch.path for ch in ops.changes] == ["preempt", "grptres"]
+    assert ops.summary.startswith("preempt burst-nlp,burst-research → burst-llm,burst-nlp,burst-research")
+    steps = batch(commands, "lab")
+    shared = next(s for s in steps if s.argv[:2] == ("modify", "qos") and len(s.commands) > 1)
+    assert shared.argv[3] == "name=guar-acme,guar-llm,guar-nlp,guar-research"
+    assert shared.argv[4:] == ("set", "Preempt=burst-llm,burst-nlp,burst-research")  # nothing else is rewritten
+    fairshare = [s for s in steps if s.argv[:2] == ("modify", "account")]
+    assert [s.argv[3] for s in fairshare] == ["name=nlp", "name=llm"]  # different values: one call each
+    assert fairshare[0].argv[-1] == "Fairshare=50"
+
+
+def test_importing_a_sites_own_dump_maps_the_tree_and_says_what_it_could_not(shared_reference):
+    from quotas.policy.slurm.importer import parse_dump, read_slurm
+
+    outputs = shared_reference / "slurm" / "outputs"
+    cluster, accounts, users = parse_dump((outputs / "sacctmgr-dump-lab.cfg").read_text())
+    qos = parse_qos((outputs / "sacctmgr-P-show-qos.psv").read_text())
+    plan = read_slurm(accounts, users, qos, flavors=["a100"])
+    assert cluster == "lab"
+    kinds = {u.name: (u.kind.value, u.parent) for u in plan.units.values()}
+    assert kinds["acme"] == ("organisation", None) and kinds["research"] == ("department", "acme")
+    assert kinds["nlp"] == ("team", "research") and kinds["llm-pretrain"] == ("project", "nlp")
+    # guar-nlp's GrpTRES=gres/gpu=3 (untyped: the cluster's only flavor), summed up the tree
+    guarantees = {u.name: u.guarantee for u in plan.units.values()}
+    assert guarantees["nlp"] == {"a100": 3} and guarantees["research"] == {"a100": 5}
+    assert guarantees["acme"] == {"a100": 8}
+    assert plan.units["nlp"].weight == 50 and sorted(plan.units["nlp"].members) == ["alice", "dave"]
+    assert not plan.units["nlp"].ours
+    notes = "\n".join(plan.notes)
+    assert "sacctmgr -i modify account where name=nlp set Description='team acme/research/nlp'" in notes
+    assert "QOS burst: the site's own, not imported" in notes
+    two = read_slurm(accounts, users, qos, flavors=["a100", "h100"])
+    assert two.units["nlp"].guarantee == {} and "a typed gres/gpu:<type> is needed" in "\n".join(two.notes)
+
+
+def test_a_dump_that_is_not_one_is_refused_with_the_line():
+    import pytest
+
+    from quotas.policy.slurm.importer import parse_dump
+
+    with pytest.raises(ValueError, match="line 2: 'Acount' is not a dump line"):
+        parse_dump("Cluster - 'lab'\nAcount - 'x':Fairshare=1\n")
+    with pytest.raises(ValueError, match="no \"Cluster - 'name'\" line"):
+        parse_dump("Parent - 'root'\n")

@@ -1,0 +1,240 @@
+"""An existing Slurm accounting tree → an Allot tree (the inverse of :mod:`.translate`).
+
+* Accounts become units under their parent; ``root``'s children are organisations. The kind comes
+  from an Allot description (``team acme/research/nlp``), otherwise from the depth (organisation,
+  department, team, then project). ``Fairshare`` → weight.
+* A ``guar-<account>`` QOS holds the account's *residual* guarantee, so a unit's guarantee is its
+  QOS's ``GrpTRES`` plus its children's guarantees (summed bottom-up). ``burst-<account>`` →
+  burst; its ``GraceTime`` / ``PreemptExemptTime`` → the unit's reclamation contract (grace period,
+  minimum run window). A site's own QOS on an account (any other name) with a GPU ``GrpTRES`` is
+  read as that account's guarantee, with a note: Allot will move it into ``guar-<account>``.
+* ``gres/gpu:<type>`` maps to the cluster's flavor named ``<type>``; plain ``gres/gpu`` to the
+  cluster's only flavor when it has exactly one.
+* ``tier-<name>`` QOS become tiers (``MaxWall`` → runtime limit); user associations → members.
+* Names Allot cannot use as unit names (Slurm allows ``_`` and ``.``) are reported and skipped,
+  with everything under them.
+
+The input is what :mod:`.parse` reads from ``sacctmgr -n -P show …`` or :func:`parse_dump` reads from
+a ``sacctmgr dump`` file (which has no QOS definitions: give those separately).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..snapshot import UnitKind
+from .diff import OURS
+from .model import SlurmAccount, SlurmQos, SlurmUser
+from .parse import PARENT_SHARE
+
+_UNIT_SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_FIELD = re.compile(r"(\w+)=('(?:[^']*)'|[^:]*)")
+_KINDS = (UnitKind.ORGANISATION, UnitKind.DEPARTMENT, UnitKind.TEAM, UnitKind.PROJECT)
+
+
+@dataclass
+class SlurmImportedUnit:
+    name: str
+    parent: str | None
+    kind: UnitKind
+    weight: int
+    ours: bool
+    """Its description is Allot's: the sync will manage it. Otherwise it stays the site's."""
+    guarantee: dict[str, int] = field(default_factory=dict)
+    """flavor → GPUs, the residual from the account's own QOS (children are added by :func:`read_slurm`)."""
+    burst: dict[str, int] = field(default_factory=dict)
+    contract: tuple[int, int] | None = None
+    """(grace period s, minimum run window s) from the burst QOS."""
+    members: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SlurmImport:
+    units: dict[str, SlurmImportedUnit] = field(default_factory=dict)
+    tiers: dict[str, tuple[int, bool, int, str]] = field(default_factory=dict)
+    """Tier name → (QOS priority, preemptible, runtime limit s, display name)."""
+    notes: list[str] = field(default_factory=list)
+
+    def top_down(self) -> list[SlurmImportedUnit]:
+        children: dict[str | None, list[SlurmImportedUnit]] = {}
+        for unit in self.units.values():
+            children.setdefault(unit.parent, []).append(unit)
+        order: list[SlurmImportedUnit] = []
+        pending = sorted(children.get(None, []), key=lambda u: u.name)
+        while pending:
+            unit = pending.pop(0)
+            order.append(unit)
+            pending += sorted(children.get(unit.name, []), key=lambda u: u.name)
+        return order
+
+    def path(self, name: str) -> str:
+        unit = self.units[name]
+        return name if unit.parent is None else f"{self.path(unit.parent)}/{name}"
+
+
+def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
+    """A ``sacctmgr dump`` file → (cluster, accounts with their descriptions, user associations)."""
+    cluster, parent = "", "root"
+    accounts: list[SlurmAccount] = []
+    users: list[SlurmUser] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, _, rest = line.partition(":")
+        kind, _, name = head.partition(" - ")
+        name = name.strip().strip("'").lower()
+        values = {k.lower(): v.strip("'") for k, v in _FIELD.findall(rest)}
+        kind = kind.strip()
+        if kind == "Cluster":
+            cluster = name
+        elif kind == "Parent":
+            parent = name
+        elif kind == "Account":
+            share = values.get("fairshare", "1")
+            accounts.append(
+                SlurmAccount(
+                    name,
+                    parent,
+                    1 if share in ("", PARENT_SHARE) or not share.isdigit() else int(share),
+                    values.get("description", "").lower(),
+                    values.get("organization", "").lower(),
+                    tuple(sorted(q for q in values.get("qos", "").lower().split(",") if q)),
+                    values.get("defaultqos", "").lower(),
+                )
+            )
+        elif kind == "User":
+            users.append(SlurmUser(name, parent, values.get("defaultaccount", "").lower()))
+        else:
+            raise ValueError(f"line {number}: {kind!r} is not a dump line (Cluster, Parent, Account or User)")
+    if not cluster:
+        raise ValueError("no \"Cluster - 'name'\" line: is this a sacctmgr dump file?")
+    return cluster, accounts, users
+
+
+def read_slurm(
+    accounts: Sequence[SlurmAccount],
+    users: Sequence[SlurmUser],
+    qos: Sequence[SlurmQos],
+    *,
+    flavors: Sequence[str],
+    descriptions: Mapping[str, str] | None = None,
+) -> SlurmImport:
+    """``flavors``: the names of the cluster's flavors (= GPU types). ``descriptions`` when the
+    accounts come from ``show assoc`` (which has none)."""
+    found = SlurmImport()
+    by_qos = {q.name: q for q in qos}
+    parents = {a.name: a.parent for a in accounts}
+    skipped: set[str] = set()
+    for account in accounts:
+        if not _UNIT_SLUG.match(account.name):
+            skipped.add(account.name)
+            found.notes.append(
+                f"account {account.name}: not usable as a unit name (lowercase letters, digits and '-'); "
+                "skipped with everything under it"
+            )
+
+    def under_skipped(name: str) -> bool:
+        seen = 0
+        while name in parents and seen < 64:
+            if name in skipped:
+                return True
+            name, seen = parents[name], seen + 1
+        return False
+
+    def depth(name: str) -> int:
+        d = 0
+        while parents.get(name) in parents and d < 64:
+            name, d = parents[name], d + 1
+        return d
+
+    for account in sorted(accounts, key=lambda a: (depth(a.name), a.name)):
+        if under_skipped(account.name):
+            continue
+        description = (descriptions or {}).get(account.name, account.description)
+        ours = bool(OURS.match(description))
+        kind = UnitKind(description.split(" ", 1)[0]) if ours else _KINDS[min(depth(account.name), 3)]
+        unit = SlurmImportedUnit(
+            account.name,
+            account.parent if account.parent in parents else None,
+            kind,
+            account.fairshare,
+            ours,
+        )
+        _limits(found, unit, account, by_qos, flavors)
+        found.units[account.name] = unit
+        if not ours:
+            found.notes.append(
+                f"account {account.name}: its description is the site's, so the sync will leave it alone; hand "
+                f"it to Allot with: sacctmgr -i modify account where name={account.name} set "
+                f"Description='{kind.value} {found.path(account.name)}'"
+            )
+    for user in users:
+        if user.account in found.units and user.name != "root":
+            found.units[user.account].members.append(user.name)
+    for unit in reversed(found.top_down()):  # children's guarantees add up into their parent's
+        if unit.parent is not None:
+            for flavor, gpus in unit.guarantee.items():
+                parent = found.units[unit.parent].guarantee
+                parent[flavor] = parent.get(flavor, 0) + gpus
+    used = {name for a in accounts if a.name in found.units for name in a.qos}
+    for name in sorted(used - {"normal"}):
+        if not name.startswith(("guar-", "burst-", "tier-")) and not any(
+            f"site's QOS {name} " in note for note in found.notes
+        ):
+            found.notes.append(
+                f"QOS {name}: the site's own, not imported; Allot gives each unit guar-<account> and "
+                "burst-<account> QOS (set guarantee and burst per unit) and keeps QOS it did not create"
+            )
+    for q in qos:
+        if q.name.startswith("tier-") and q.max_wall_min:
+            label = q.description.removeprefix("allot: ").removeprefix(f"tier {q.name[5:]}").strip()
+            found.tiers[q.name[5:].upper()] = (q.priority, q.preempt_mode == "requeue", q.max_wall_min * 60, label)
+    return found
+
+
+def _limits(
+    found: SlurmImport,
+    unit: SlurmImportedUnit,
+    account: SlurmAccount,
+    by_qos: Mapping[str, SlurmQos],
+    flavors: Sequence[str],
+) -> None:
+    guar, burst = by_qos.get(f"guar-{account.name}"), by_qos.get(f"burst-{account.name}")
+    if guar is not None:
+        unit.guarantee = _gpus(found, guar, flavors)
+    else:
+        for name in account.qos:
+            site = by_qos.get(name)
+            if site is not None and not name.startswith(("burst-", "tier-")) and name != "normal":
+                gpus = _gpus(found, site, flavors)
+                if gpus and not unit.guarantee:
+                    unit.guarantee = gpus
+                    found.notes.append(
+                        f"account {account.name}: the GPU limit of the site's QOS {name} is imported as its "
+                        f"guarantee; Allot will keep it in guar-{account.name}"
+                    )
+    if burst is not None:
+        unit.burst = _gpus(found, burst, flavors)
+        unit.contract = (burst.grace_time_s, burst.preempt_exempt_s)
+
+
+def _gpus(found: SlurmImport, qos: SlurmQos, flavors: Sequence[str]) -> dict[str, int]:
+    gpus: dict[str, int] = {}
+    for tres, count in qos.grp_tres.items():
+        if not tres.startswith("gres/gpu"):
+            continue
+        kind = tres.partition(":")[2]
+        if not kind and len(flavors) == 1:
+            kind = flavors[0]
+        if kind in flavors:
+            gpus[kind] = gpus.get(kind, 0) + count
+        else:
+            found.notes.append(
+                f"QOS {qos.name}: {tres}={count} has no flavor on the cluster "
+                f"({'a typed gres/gpu:<type> is needed with several flavors' if not kind else f'create flavor {kind}'})"
+                "; not imported"
+            )
+    return gpus
