@@ -19,7 +19,13 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "policy-check-hourly": {"task": "quotas.tasks.policy_check", "schedule": 3600.0},
     "kueue-drift-check": {
-        "task": "quotas.tasks.kueue_drift_check",
+        "task": "quotas.tasks.drift_check",
         "schedule": float(env_int("ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS", 300)),
+        "args": ("kubernetes",),
+    },
+    "slurm-drift-check": {  # each check costs slurmdbd three reads
+        "task": "quotas.tasks.drift_check",
+        "schedule": float(env_int("ALLOT_SLURM_DRIFT_CHECK_SECONDS", 900)),
+        "args": ("slurm",),
     },
 }

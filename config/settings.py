@@ -157,6 +157,9 @@ _REFERENCE_CRDS = BASE_DIR.parent / "shared" / "reference" / "kueue-crds"
 ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(_REFERENCE_CRDS) if _REFERENCE_CRDS.is_dir() else "")
 # ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
 
+# --- Slurm (ALLOT_SLURM_*) --------------------------------------------------------------------
+# ALLOT_SLURM_DRIFT_CHECK_SECONDS (default 900) sets the Slurm drift-check interval in config/celery.py.
+
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
 ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]

@@ -24,10 +24,11 @@ def cluster_sync_task(cluster_id: int, mode: str = SyncMode.APPLY, reason: str =
     return {"run": run.pk, "status": run.status, "counts": run.counts}
 
 
-@shared_task(name="quotas.tasks.kueue_drift_check")
-def kueue_drift_check() -> list[int]:
-    """From beat: queue a drift check of every enabled Kubernetes cluster."""
-    ids = list(Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True).values_list("pk", flat=True))
+@shared_task(name="quotas.tasks.drift_check")
+def drift_check(kind: str) -> list[int]:
+    """From beat: queue a drift check of every enabled cluster of ``kind`` (kubernetes or slurm);
+    each reports drift field by field, or corrects it when the cluster's drift policy says so."""
+    ids = list(Cluster.objects.filter(kind=ClusterKind(kind), enabled=True).values_list("pk", flat=True))
     for cluster_id in ids:
         cluster_sync_task.delay(cluster_id, SyncMode.DRIFT_CHECK, "periodic drift check")
     return ids

@@ -16,6 +16,8 @@ export SLURM_SEED
 #
 # Environment knobs (defaults in brackets):
 #   SLURM_CLUSTER [lab]  SLURM_NODE [gpu01]  SLURM_GPUS [8]  SLURM_GPU_TYPE [a100]
+#   SLURM_EXTRA_GPU_TYPES [h100]  more gres/gpu:<type> TRES for accounting only (no node has them), so
+#                       limits that name them are accepted: Allot's demo cluster slurm-lab is H100
 #   SLURM_NODE_CPUS [16] SLURM_NODE_MEM_MB [16000]   (advertised, not real: config_overrides)
 #   SLURM_DB_NAME [slurm_acct_db] SLURM_DB_USER [slurm] SLURM_DB_PASS [random, kept in slurmdbd.conf]
 #   MARIADB_ADMIN_ARGS  extra args for the `mariadb` admin client (default: auto-detect root via
@@ -32,6 +34,7 @@ CLUSTER=${SLURM_CLUSTER:-lab}
 NODE=${SLURM_NODE:-gpu01}
 GPUS=${SLURM_GPUS:-8}
 GPU_TYPE=${SLURM_GPU_TYPE:-a100}
+EXTRA_GPU_TYPES=${SLURM_EXTRA_GPU_TYPES-h100}
 NODE_CPUS=${SLURM_NODE_CPUS:-16}
 NODE_MEM=${SLURM_NODE_MEM_MB:-16000}
 DB_NAME=${SLURM_DB_NAME:-slurm_acct_db}
@@ -271,7 +274,7 @@ DefMemPerCPU=1000
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE
+AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE$(for t in $EXTRA_GPU_TYPES; do printf ',gres/gpu:%s' "$t"; done)
 JobCompType=jobcomp/none
 # fair share (multifactor, fair tree is the default algorithm)
 PriorityType=priority/multifactor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import django_filters
@@ -37,6 +38,7 @@ from quotas.policy.invariants import validate_tree
 from quotas.policy.kueue import compile_kueue
 from quotas.policy.kueue.coverage import kueue_coverage
 from quotas.policy.quantity import Resource
+from quotas.policy.slurm.render import qos_script, render_dump
 from quotas.previews import quota_change_preview
 from quotas.tasks import cluster_sync_task
 
@@ -136,11 +138,38 @@ class ClusterViewSet(CatalogueViewSet):
         self._kubernetes()
         return Response([line.as_dict() for line in kueue_coverage(selectors.org_snapshot(include_quotas=False))])
 
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def slurm(self, request: Request, name: str) -> Response:
+        """What Allot wants on this Slurm cluster now: accounts, user associations, QOS, the
+        TRESBillingWeights per flavor, names left out, and the same as a ``sacctmgr dump`` file plus
+        the QOS script to run before ``sacctmgr load``."""
+        cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
+        if cluster.kind != ClusterKind.SLURM:
+            raise InputError("cluster", f"{cluster.name} is a {cluster.kind} cluster", "use a Slurm cluster")
+        try:
+            state = selectors.slurm_desired(cluster)
+        except ValueError as exc:
+            raise InputError("connection_ref", str(exc)) from exc
+        return Response(
+            {
+                "cluster": state.cluster,
+                "accounts": [dataclasses.asdict(a) for a in state.accounts],
+                "users": [dataclasses.asdict(u) for u in state.users],
+                "qos": [{**dataclasses.asdict(q), "grp_tres": dict(q.grp_tres)} for q in state.qos],
+                "billing": dict(state.billing),
+                "problems": [dataclasses.asdict(p) for p in state.problems],
+                "dump": render_dump(state),
+                "qos_script": qos_script(state),
+            }
+        )
+
     @extend_schema(request=s.SyncIn, responses={202: dict})
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, name: str) -> Response:
-        """Queue a sync (mode apply, dry_run or drift_check); its run appears under /api/v1/sync-runs/."""
-        cluster = self._kubernetes()
+        """Queue a sync (mode apply, dry_run or drift_check) of a Kubernetes or Slurm cluster; its run
+        appears under /api/v1/sync-runs/."""
+        cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
         data = _input(s.SyncIn, request)
         reason = services.audit.require_reason(data["reason"])
         transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, data["mode"], reason))

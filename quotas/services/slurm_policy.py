@@ -1,4 +1,5 @@
-"""Publish the policy snapshot a Slurm controller enforces (see deploy/slurm/job_submit.lua)."""
+"""Publish the policy snapshot a Slurm controller enforces (see deploy/slurm/job_submit.lua), and
+export the accounts as a ``sacctmgr dump`` file plus the QOS script for sites that load by hand."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from quotas.models import Cluster, ClusterKind, OrgUnit
+from quotas.policy.slurm.render import qos_script, render_dump
 from quotas.policy.slurm.submit import render_json, render_lua, submit_policy
 from quotas.policy.slurm.translate import compile_slurm
-from quotas.selectors import org_snapshot, policy_revision, slurm_target
+from quotas.selectors import org_snapshot, policy_revision, slurm_desired, slurm_target
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -38,3 +40,16 @@ def slurm_policy_publish(*, cluster: Cluster, out: Path) -> dict[str, Any]:
     _atomic_write(out.with_suffix(".json"), render_json(policy))
     _atomic_write(out.with_suffix(".lua"), render_lua(policy))
     return policy
+
+
+def slurm_export(*, cluster: Cluster, out_dir: Path) -> list[Path]:
+    """Write ``<name>-qos.sh`` (run first: a dump has no QOS) and ``<name>.cfg`` (``sacctmgr load
+    file=…``) for ``cluster``; returns both paths. Raises ValueError for a cluster that is not Slurm."""
+    if cluster.kind != ClusterKind.SLURM:
+        raise ValueError(f"{cluster.name} is a {cluster.kind} cluster: the dump is for Slurm")
+    state = slurm_desired(cluster)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    script, dump = out_dir / f"{state.cluster}-qos.sh", out_dir / f"{state.cluster}.cfg"
+    _atomic_write(script, qos_script(state))
+    _atomic_write(dump, render_dump(state))
+    return [script, dump]

@@ -86,3 +86,20 @@ def test_preview_of_a_slurm_only_flavor_changes_no_kueue_object(lead_api):
     body = {"changes": [{"unit": rl.unit_id, "flavor": rl.flavor_id, "resource": "gpu", "guarantee": 2}]}
     preview = lead_api.post("/api/v1/preview/", body, format="json").json()
     assert preview == {"violations": [], "clusters": {"k8s-west": []}}
+
+
+def test_the_desired_slurm_state_with_its_dump_and_qos_script(lead_api, tmp_path):
+    from django.core.management import call_command
+
+    body = lead_api.get("/api/v1/clusters/slurm-lab/slurm/").json()
+    accounts = {a["name"]: a for a in body["accounts"]}
+    assert body["cluster"] == "lab" and accounts["nlp"]["parent"] == "research"
+    assert "guar-nlp" in accounts["nlp"]["qos"] and body["problems"] == []
+    assert body["billing"] == {"slurm-lab/h100": "CPU=1.0,Mem=0.25G,GRES/gpu:h100=20"}
+    assert "Account - 'nlp':Description='team acme/research/nlp'" in body["dump"]
+    assert body["qos_script"].startswith("#!/bin/sh") and "sacctmgr -i add qos burst-" in body["qos_script"]
+    assert lead_api.get("/api/v1/clusters/k8s-west/slurm/").status_code == 400
+    call_command("allot_slurm_policy", "--cluster", "slurm-lab", "--out", str(tmp_path / "policy"),
+                 "--export-dir", str(tmp_path))  # fmt: skip
+    assert (tmp_path / "lab.cfg").read_text() == body["dump"]
+    assert (tmp_path / "lab-qos.sh").read_text() == body["qos_script"]

@@ -7,7 +7,7 @@ import pytest
 
 from quotas import services
 from quotas.integrations.slurm import Sacctmgr
-from quotas.models import ClusterKind, SyncObject, SyncOutcome, SyncStatus
+from quotas.models import ClusterKind, SyncObject, SyncOutcome, SyncRun, SyncStatus
 from quotas.policy import Resource
 from quotas.services.sync import cluster_sync, slurm_sync
 
@@ -189,3 +189,360 @@ def test_submissions_are_checked_by_job_submit_lua_against_the_published_snapsho
             break
         time.sleep(1)
     assert state == "COMPLETED"
+
+
+def test_the_first_sync_is_few_calls_and_records_each_call_on_its_objects(lab):
+    for account in ("llm", "nlp", "vision", "research", "ops", "acme"):  # start from nothing of ours
+        _sh("sacctmgr", "-i", "delete", "user", "where", f"account={account}", "cluster=lab")
+        _sh("sacctmgr", "-i", "delete", "account", "where", f"name={account}", "cluster=lab")
+    run = cluster_sync(actor=lab.admin, reason="first", cluster=lab.slurm)
+    assert run.status == SyncStatus.APPLIED, run.message
+    created = SyncObject.objects.filter(run=run, outcome=SyncOutcome.CREATED)
+    loaded = [o for o in created if o.kind in ("account", "user")]
+    assert len(loaded) == 9 and all("sacctmgr -i load" in o.message and "rc=0" in o.message for o in loaded)
+    assert sum("file" in o.details for o in loaded) == 1  # the partial dump is kept once, on the first object
+    # 3 reads + one load for 6 accounts and 3 users + QOS calls + 3 reads to prove convergence
+    assert run.counts["sacctmgr_calls"] == 6 + run.counts["planned_calls"]
+    assert run.counts["planned_calls"] < len(created)
+
+
+def test_drift_is_reported_field_by_field_and_corrected_when_the_policy_says_so(lab):
+    from quotas.models import DriftPolicy
+    from quotas.tasks import drift_check
+
+    cluster_sync(actor=lab.admin, reason="baseline", cluster=lab.slurm)
+    _sh("sacctmgr", "-i", "modify", "qos", "where", "name=guar-nlp", "set", "GrpTRES=gres/gpu:a100=5", "Priority=7")
+    _sh("sacctmgr", "-i", "modify", "account", "where", "name=vision", "cluster=lab", "set", "Fairshare=3")
+    run = cluster_sync(actor=lab.admin, reason="check", cluster=lab.slurm, mode="drift_check")
+    assert run.status == SyncStatus.DRIFT and writes(run) == []
+    drift = {o.name: o.changes for o in SyncObject.objects.filter(run=run, outcome=SyncOutcome.DRIFT)}
+    assert drift == {
+        "guar-nlp": [
+            {"path": "priority", "desired": 1000, "actual": 7},
+            {"path": "grptres", "desired": {"gres/gpu:a100": 2}, "actual": {"gres/gpu:a100": 5}},
+        ],
+        "vision": [{"path": "fairshare", "desired": 1, "actual": 3}],
+    }
+    _, _, qos, _ = Sacctmgr().read("lab")
+    assert {q.name: q.grp_tres for q in qos}["guar-nlp"] == {"gres/gpu:a100": 5}  # reported, not touched
+    services.cluster_set(actor=lab.admin, reason="t", name=lab.slurm.name, drift_policy=DriftPolicy.CORRECT)
+    from config.celery import app
+
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    try:
+        assert lab.slurm.pk in drift_check.apply(args=("slurm",)).get()  # what beat runs
+    finally:
+        app.conf.task_always_eager = eager
+    corrected = SyncRun.objects.filter(cluster=lab.slurm).latest("pk")
+    assert corrected.mode == "drift_check" and corrected.status == SyncStatus.APPLIED
+    assert sorted(o.name for o in writes(corrected)) == ["guar-nlp", "vision"]
+    _, _, qos, _ = Sacctmgr().read("lab")
+    assert {q.name: (q.grp_tres, q.priority) for q in qos}["guar-nlp"] == ({"gres/gpu:a100": 2}, 1000)
+
+
+def test_a_delete_refused_while_jobs_run_is_blocked_then_done_by_a_later_sync(lab):
+    import time
+    from pathlib import Path
+
+    from quotas.services.slurm_policy import slurm_policy_publish
+
+    scratch = services.org_unit_create(actor=lab.admin, reason="t", parent=lab.nlp, kind="project", slug="scratch")
+    services.quota_set(
+        actor=lab.admin,
+        reason="t",
+        unit_id=scratch.pk,
+        flavor_id=lab.slurm_flavor.pk,
+        resource=Resource.GPU,
+        guarantee=1,
+    )
+    services.membership_add(actor=lab.admin, reason="t", unit=scratch, slurm_username="alice")
+    idle = services.org_unit_create(actor=lab.admin, reason="t", parent=lab.nlp, kind="project", slug="scratch2")
+    services.quota_set(
+        actor=lab.admin, reason="t", unit_id=idle.pk, flavor_id=lab.slurm_flavor.pk, resource=Resource.GPU, guarantee=1
+    )
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status == SyncStatus.APPLIED
+    slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    if _sh("id", "alice").returncode != 0:
+        _sh("useradd", "-M", "-s", "/bin/sh", "alice", check=True)
+    time.sleep(2)  # job_submit.lua re-reads the snapshot at most every second
+    submitted = _sh(
+        "sbatch", "-A", "scratch", "--gres=gpu:a100:1", "-t", "5", "--chdir=/tmp", "-o", "/dev/null",
+        "--wrap", "sleep 300", user="alice",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.split()[-1]
+    try:
+        for _ in range(60):
+            if _sh("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING":
+                break
+            time.sleep(1)
+        services.org_unit_archive(actor=lab.admin, reason="project over", unit=scratch)
+        services.org_unit_archive(actor=lab.admin, reason="project over", unit=idle)
+        run = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+        # both accounts were deleted in one call, which Slurm refused as a whole: retried one by one
+        gone = SyncObject.objects.get(run=run, name="scratch2")
+        assert gone.outcome == SyncOutcome.DELETED and gone.details["objects_in_call"] == 1
+        blocked = SyncObject.objects.filter(run=run, outcome=SyncOutcome.BLOCKED)
+        assert {o.name for o in blocked} == {"alice@scratch", "scratch", "guar-scratch"}, [
+            (o.name, o.outcome, o.message) for o in SyncObject.objects.filter(run=run)
+        ]
+        assert all("rc=1" in o.message and "active" in o.message.lower() for o in blocked if o.kind != "qos")
+        assert blocked.get(name="guar-scratch").message.startswith("waits for the account(s) blocked by running jobs")
+        assert run.status == SyncStatus.PARTIAL and "blocked by running jobs" in run.message
+        accounts, _, _, _ = Sacctmgr().read("lab")
+        assert "scratch" in {a.name for a in accounts}  # never forced
+    finally:
+        _sh("scancel", job)
+        for _ in range(60):
+            if not _sh("squeue", "-h", "-j", job).stdout.strip():
+                break
+            time.sleep(1)
+    later = cluster_sync(actor=lab.admin, reason="retry", cluster=lab.slurm)
+    assert later.status == SyncStatus.APPLIED, later.message
+    assert sorted((o.name, o.outcome) for o in writes(later)) == [
+        ("alice@scratch", "deleted"),
+        ("guar-scratch", "deleted"),
+        ("scratch", "deleted"),
+    ]  # guar-scratch2 went with scratch2 in the first run
+
+
+def test_limits_on_a_tres_the_cluster_lacks_are_held_back_with_the_fix_and_the_rest_is_applied(lab):
+    """A flavor whose GPU type is not a TRES of the cluster (b200 on a100 nodes): sacctmgr would refuse
+    the QOS that name it (pitfall: the TRES must exist first), so the sync holds them back, and the
+    accounts and users that need them, each with what to do; everything else is written."""
+    b200 = services.flavor_set(
+        actor=lab.admin,
+        reason="t",
+        cluster=lab.slurm,
+        name="b200",
+        accelerator_model="B200",
+        device_memory_gb=80,
+        physical_devices=16,
+    )
+    alpha, beta = (
+        services.org_unit_create(actor=lab.admin, reason="t", parent=lab.ops, kind="team", slug=slug)
+        for slug in ("alpha", "beta")
+    )
+    for unit, g in ((lab.acme, 4), (lab.ops, 4), (alpha, 2), (beta, 2)):
+        services.quota_set(
+            actor=lab.admin, reason="t", unit_id=unit.pk, flavor_id=b200.pk, resource=Resource.GPU, guarantee=g
+        )
+    services.membership_add(actor=lab.admin, reason="t", unit=alpha, slurm_username="bob")
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.vision, slurm_username="erin")
+    run = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    outcomes = {o.name: o for o in SyncObject.objects.filter(run=run)}
+    invalid = {n: o.message for n, o in outcomes.items() if o.outcome == SyncOutcome.INVALID}
+    assert set(invalid) == {"guar-alpha", "guar-beta", "alpha", "beta", "bob@alpha"}, invalid
+    assert invalid["guar-alpha"].startswith(
+        "gres/gpu:b200 is not a TRES of cluster lab: add it to AccountingStorageTRES"
+    )
+    assert "waits for its QOS" in invalid["alpha"] and invalid["bob@alpha"] == "waits for account alpha"
+    assert outcomes["erin@vision"].outcome == SyncOutcome.CREATED
+    assert not [o for o in outcomes.values() if o.outcome == SyncOutcome.ERROR]  # nothing was sent to fail
+    assert run.status == SyncStatus.PARTIAL and "5 object(s) left out" in run.message
+    _, users, _, _ = Sacctmgr().read("lab")
+    assert ("erin", "vision") in {(u.name, u.account) for u in users}
+
+
+def _fresh_tree(lab):
+    """Archive the fixture tree in Allot (Slurm keeps it): as if Allot's database were new."""
+    services.org_unit_archive(actor=lab.admin, reason="start again", unit=lab.acme)
+
+
+def test_import_from_the_live_cluster_then_sync_is_a_no_op(lab):
+    from django.core.management import call_command
+
+    from quotas.models import OrgUnit
+
+    services.tier_set(
+        actor=lab.admin, reason="t", name="P2", display_name="Interactive", priority=1000, max_runtime=4 * 3600
+    )
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
+        SyncStatus.APPLIED,
+        SyncStatus.IN_SYNC,
+    )
+    _fresh_tree(lab)
+    call_command("allot_import_slurm", "--cluster", lab.slurm.name)
+    nlp = OrgUnit.objects.get(path="acme/research/nlp", archived_at=None)
+    assert nlp.kind == "team" and nlp.memberships.count() == 2
+    check = cluster_sync(actor=lab.admin, reason="after import", cluster=lab.slurm, mode="dry_run")
+    assert check.status == SyncStatus.IN_SYNC, [(o.name, o.message) for o in SyncObject.objects.filter(run=check)]
+    assert check.counts["planned_calls"] == 0
+
+
+def test_import_from_a_dump_file_then_sync_is_a_no_op(lab, tmp_path):
+    from django.core.management import call_command
+
+    from quotas.integrations.slurm import QOS_FORMAT
+    from quotas.models import OrgUnit
+
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
+        SyncStatus.APPLIED,
+        SyncStatus.IN_SYNC,
+    )
+    dump, qos = tmp_path / "lab.cfg", tmp_path / "qos.psv"
+    _sh("sacctmgr", "-i", "dump", "lab", f"file={dump}", check=True)
+    qos.write_text(_sh("sacctmgr", "-P", "show", "qos", f"format={','.join(QOS_FORMAT)}", check=True).stdout)
+    _fresh_tree(lab)
+    call_command("allot_import_slurm", "--cluster", lab.slurm.name, "--from-dump", str(dump), "--qos-file", str(qos))
+    assert OrgUnit.objects.filter(path="acme/research/nlp/llm", archived_at=None).exists()
+    check = cluster_sync(actor=lab.admin, reason="after import", cluster=lab.slurm, mode="dry_run")
+    assert check.status == SyncStatus.IN_SYNC, [(o.name, o.message) for o in SyncObject.objects.filter(run=check)]
+
+
+def test_import_refuses_an_organisation_that_exists(lab):
+    from django.core.management import CommandError, call_command
+
+    cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    with pytest.raises(CommandError, match="an organisation 'acme' exists already"):
+        call_command("allot_import_slurm", "--cluster", lab.slurm.name)
+
+
+def _state(job):
+    return _sh("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+
+
+def _wait(job, states, seconds=120):
+    import time
+
+    for _ in range(seconds * 2):
+        if _state(job) in states:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(lab):
+    """For real on slurmctld: nlp borrows 4 GPUs (burst QOS), the node fills up, then ops submits a
+    job inside its guarantee. Slurm preempts the burst job under the contract Allot compiled
+    (minimum run window 10 s → PreemptExemptTime, grace 10 s → GraceTime) and requeues it; ops's
+    job starts. The measured reclaim time (submit → start of the owner's job) is compared with the
+    contract's reclaim_within and written to artifacts/reclamation.json."""
+    import json
+    import time
+    from datetime import datetime
+    from pathlib import Path
+
+    from quotas.services.slurm_policy import slurm_policy_publish
+
+    fast = services.contract_set(
+        actor=lab.admin, reason="t", name="fast-reclaim", reclaim_within=60, grace_period=10, min_run_window=10
+    )
+    services.org_unit_update(actor=lab.admin, reason="t", unit=lab.nlp, contract=fast)
+    services.quota_set(
+        actor=lab.admin,
+        reason="t",
+        unit_id=lab.nlp.pk,
+        flavor_id=lab.slurm_flavor.pk,
+        resource=Resource.GPU,
+        guarantee=4,
+        burst=4,
+    )
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.ops, slurm_username="alice")
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status == SyncStatus.APPLIED
+    _, _, qos, _ = Sacctmgr().read("lab")
+    burst = {q.name: q for q in qos}["burst-nlp"]
+    assert (burst.grace_time_s, burst.preempt_exempt_s, burst.preempt_mode) == (10, 10, "requeue")
+    slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    for user in ("alice", "bob"):
+        if _sh("id", user).returncode != 0:
+            _sh("useradd", "-M", "-s", "/bin/sh", user, check=True)
+    time.sleep(2)  # job_submit.lua re-reads the snapshot
+
+    def sbatch(user, account, gpus, *extra):
+        done = _sh(
+            "sbatch", "-A", account, f"--gres=gpu:a100:{gpus}", "-t", "10", "--chdir=/tmp", "-o", "/dev/null",
+            *extra, "--wrap", "sleep 600", user=user,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[-1]
+
+    jobs = []
+    try:
+        borrower = sbatch("alice", "nlp", 4, "-q", "burst-nlp")
+        jobs.append(borrower)
+        jobs += [sbatch("alice", "nlp", 2), sbatch("bob", "vision", 1)]  # 7 of 8 GPUs in use
+        assert all(_wait(job, {"RUNNING"}) for job in jobs), [(j, _state(j)) for j in jobs]
+        owner = sbatch("alice", "ops", 2)  # inside ops's guarantee; only 1 GPU is free
+        jobs.append(owner)
+        assert _wait(owner, {"RUNNING"}, seconds=180), (_state(owner), _state(borrower))
+        info = _sh("sacct", "-n", "-X", "-P", "-j", owner, "-o", "Submit,Start", check=True).stdout.split()[0]
+        submit, start = (datetime.fromisoformat(t) for t in info.split("|"))
+        reclaim_s = (start - submit).total_seconds()
+        shown = _sh("scontrol", "show", "job", borrower).stdout
+        assert "Restarts=1" in shown and _state(borrower) in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), shown
+        events = _sh("sacct", "-n", "-P", "-D", "-j", borrower, "-o", "State").stdout.split()
+        assert "REQUEUED" in events or "PREEMPTED" in events, events
+        # the contract protected the borrower: it was not stopped before its grace period ran out
+        assert reclaim_s >= fast.grace_period
+        figures = {
+            "reclaim_s": reclaim_s,
+            "reclaim_within_s": fast.reclaim_within,
+            "min_run_window_s": fast.min_run_window,
+            "grace_period_s": fast.grace_period,
+            "within_contract": reclaim_s <= fast.reclaim_within,
+        }
+        out = Path(__file__).resolve().parents[2] / "artifacts"
+        out.mkdir(exist_ok=True)
+        (out / "reclamation.json").write_text(json.dumps(figures, indent=1) + "\n")
+        print(f"reclamation: {figures}")
+    finally:
+        for job in jobs:
+            _sh("scancel", job)
+        for job in jobs:
+            _wait(job, {""}, seconds=60)
+
+
+def test_a_name_slurm_would_change_is_refused_at_input_and_reported_by_the_sync(lab):
+    from quotas.errors import InputError
+    from quotas.models import Membership
+
+    with pytest.raises(InputError) as refused:
+        services.membership_add(actor=lab.admin, reason="t", unit=lab.vision, slurm_username="Erin Smith")
+    assert "Slurm" in refused.value.errors["slurm_username"][0]
+    # a name that got in before that check (an old release, a restore): reported, the rest synced
+    member = services.membership_add(actor=lab.admin, reason="t", unit=lab.vision, slurm_username="erin")
+    Membership.objects.filter(pk=member.pk).update(slurm_username="Erin")
+    run = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    [invalid] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.INVALID)
+    assert invalid.name == "Erin@vision" and "e.g. 'erin'" in invalid.message
+    assert run.status == SyncStatus.PARTIAL and "left out" in run.message
+    _, users, _, _ = Sacctmgr().read("lab")
+    assert ("bob", "vision") in {(u.name, u.account) for u in users}
+    assert "erin" not in {u.name for u in users}  # not lowercased behind the member's back
+
+
+def test_a_sync_through_the_api_records_the_slurm_run(lab, django_capture_on_commit_callbacks, monkeypatch):
+    from rest_framework.test import APIClient
+
+    from config.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+    client = APIClient()
+    client.force_authenticate(lab.admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(
+            f"/api/v1/clusters/{lab.slurm.name}/sync/", {"mode": "dry_run", "reason": "look"}, format="json"
+        )
+    assert answer.status_code == 202, answer.content
+    run = client.get("/api/v1/sync-runs/", {"cluster": lab.slurm.name}).json()["results"][0]
+    assert run["mode"] == "dry_run" and run["status"] in ("would_change", "in_sync")
+    from quotas.errors import InputError
+
+    off = services.cluster_set(actor=lab.admin, reason="t", name=lab.slurm.name, enabled=False)
+    with pytest.raises(InputError, match="switched off"):
+        cluster_sync(actor=lab.admin, reason="t", cluster=off)
+
+
+def test_a_slurmdbd_that_does_not_answer_is_a_clear_failure_and_nothing_changes(lab, tmp_path):
+    from pathlib import Path
+
+    conf = tmp_path / "slurm.conf"  # the real configuration, pointing at a port where no slurmdbd listens
+    lines = Path("/etc/slurm/slurm.conf").read_text().splitlines()
+    conf.write_text(
+        "\n".join(x for x in lines if not x.startswith("AccountingStoragePort")) + "\nAccountingStoragePort=6999\n"
+    )
+    run = slurm_sync(actor=lab.admin, reason="t", cluster=lab.slurm, runner=Sacctmgr(env={"SLURM_CONF": str(conf)}))
+    assert run.status == SyncStatus.FAILED and run.message.startswith("slurmdbd did not answer")
+    assert "Connection refused" in run.message and writes(run) == []
