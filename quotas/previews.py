@@ -10,9 +10,11 @@ from typing import Any
 from quotas.models import Cluster, ClusterKind
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.kueue import compile_kueue
-from quotas.policy.kueue.diff import ObjectPlan, preview
+from quotas.policy.kueue.diff import Action, ObjectPlan, preview
+from quotas.policy.slurm.diff import preview_slurm
+from quotas.policy.slurm.translate import compile_slurm
 from quotas.policy.violations import Violation
-from quotas.selectors import flavor_keys, kueue_target, org_snapshot
+from quotas.selectors import flavor_keys, kueue_target, org_snapshot, slurm_target
 from quotas.services.quota import QuotaChange, proposed_quota
 
 
@@ -41,7 +43,8 @@ class Preview:
 
 
 def quota_change_preview(changes: Sequence[QuotaChange]) -> Preview:
-    """Violations the changes would cause, and per Kubernetes cluster the exact object diff."""
+    """Violations the changes would cause, and per cluster the exact diff: Kueue objects on
+    Kubernetes clusters, QOS / accounts / user associations on Slurm clusters."""
     snapshot = org_snapshot()
     keys = flavor_keys()
     edits = {}
@@ -54,4 +57,14 @@ def quota_change_preview(changes: Sequence[QuotaChange]) -> Preview:
     for cluster in Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True).order_by("name"):
         target = kueue_target(cluster)
         clusters[cluster.name] = preview(compile_kueue(snapshot, target), compile_kueue(proposed, target))
+    actions = {"add": Action.CREATE, "modify": Action.UPDATE, "delete": Action.DELETE}
+    for cluster in Cluster.objects.filter(kind=ClusterKind.SLURM, enabled=True).order_by("name"):
+        try:
+            slurm = slurm_target(cluster)
+        except ValueError:  # no usable connection_ref: its syncs say so
+            continue
+        commands = preview_slurm(compile_slurm(snapshot, slurm), compile_slurm(proposed, slurm))
+        clusters[cluster.name] = [
+            ObjectPlan(f"Slurm {c.kind}", "", c.name, actions[c.action], c.changes) for c in commands
+        ]
     return Preview(violations, clusters)

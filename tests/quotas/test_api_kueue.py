@@ -81,11 +81,33 @@ def test_preview_shows_violations_and_the_object_diff(lead_api):
     assert Quota.objects.get(pk=rl.pk).guarantee == 18  # nothing saved
 
 
-def test_preview_of_a_slurm_only_flavor_changes_no_kueue_object(lead_api):
+def test_preview_of_a_slurm_only_flavor_changes_no_kueue_object_but_its_slurm_qos(lead_api):
     rl = Quota.objects.get(unit__path="acme/research/rl", flavor__name="h100", resource="nvidia.com/gpu")
     body = {"changes": [{"unit": rl.unit_id, "flavor": rl.flavor_id, "resource": "gpu", "guarantee": 2}]}
     preview = lead_api.post("/api/v1/preview/", body, format="json").json()
-    assert preview == {"violations": [], "clusters": {"k8s-west": []}}
+    assert preview["violations"] == [] and preview["clusters"]["k8s-west"] == []
+    slurm = {(p["kind"], p["name"], p["action"]): p["changes"] for p in preview["clusters"]["slurm-lab"]}
+    assert slurm == {
+        ("Slurm qos", "guar-rl", "update"): [
+            {"path": "grptres", "desired": {"gres/gpu:h100": 2}, "actual": {"gres/gpu:h100": rl.guarantee}}
+        ],
+        ("Slurm qos", "guar-research", "update"): [
+            {
+                "path": "grptres",
+                "desired": {"gres/gpu:h100": slurm_residual("acme/research") - (2 - rl.guarantee)},
+                "actual": {"gres/gpu:h100": slurm_residual("acme/research")},
+            }
+        ],
+    }
+
+
+def slurm_residual(path):
+    """What a unit guarantees on slurm-lab's h100 beyond its children."""
+    own = Quota.objects.get(unit__path=path, flavor__name="h100", resource="nvidia.com/gpu").guarantee
+    children = Quota.objects.filter(
+        unit__parent__path=path, unit__archived_at=None, flavor__name="h100", resource="nvidia.com/gpu"
+    )
+    return own - sum(q.guarantee for q in children)
 
 
 def test_the_desired_slurm_state_with_its_dump_and_qos_script(lead_api, tmp_path):

@@ -360,3 +360,16 @@ def _load(adds: Sequence[Command], cluster: str) -> Step:
         lines.append(f"Parent - '{parent}'")
         lines += blocks[parent]
     return Step(("load",), tuple(adds), "\n".join(lines) + "\n")
+
+
+def preview_slurm(current: SlurmState, proposed: SlurmState) -> list[Command]:
+    """What a proposed change would do on a Slurm cluster: the plan from the state compiled now (read
+    as ``show assoc`` would print it: effective QOS lists) to the state compiled with the change."""
+    effective = effective_qos(current.accounts)
+    accounts = [
+        SlurmAccount(a.name, a.parent, a.fairshare, a.description, a.organization, effective[a.name], a.default_qos)
+        for a in current.accounts
+    ]
+    descriptions = {a.name: a.description for a in current.accounts}
+    commands, _ = plan_slurm(proposed, accounts, current.users, current.qos, descriptions=descriptions)
+    return commands
