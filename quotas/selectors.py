@@ -231,3 +231,33 @@ def slurm_desired(cluster: Cluster) -> Any:
     from quotas.policy.slurm.translate import compile_slurm
 
     return compile_slurm(org_snapshot(), slurm_target(cluster))
+
+
+def clusters_overview() -> list[dict[str, Any]]:
+    """Every cluster with its flavors' device count, its latest run and its latest drift check: three
+    queries whatever the number of clusters."""
+    from django.db.models import OuterRef, Subquery, Sum
+
+    from quotas.models import SyncMode, SyncRun
+
+    def latest(**where: Any) -> Subquery:
+        return Subquery(SyncRun.objects.filter(cluster=OuterRef("pk"), **where).order_by("-pk").values("pk")[:1])
+
+    clusters = list(
+        Cluster.objects.annotate(
+            devices=Sum("flavors__physical_devices"),
+            last_run_id=latest(),
+            last_drift_id=latest(mode=SyncMode.DRIFT_CHECK),
+        ).order_by("name")
+    )
+    ids = {c.last_run_id for c in clusters} | {c.last_drift_id for c in clusters}  # type: ignore[attr-defined]
+    runs = SyncRun.objects.in_bulk([i for i in ids if i])
+    return [
+        {
+            "cluster": c,
+            "devices": c.devices or 0,  # type: ignore[attr-defined]
+            "last_run": runs.get(c.last_run_id),  # type: ignore[attr-defined]
+            "last_drift": runs.get(c.last_drift_id),  # type: ignore[attr-defined]
+        }
+        for c in clusters
+    ]

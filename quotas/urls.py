@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas.portal import edit, views
+from quotas.portal import clusters, edit, views
 
 app_name = "quotas"
 urlpatterns = [
@@ -12,4 +12,7 @@ urlpatterns = [
     path("capacity/", views.capacity, name="capacity"),
     path("requests/", views.requests_list, name="requests"),
     path("requests/<int:request_id>/", views.request_detail, name="request"),
+    path("clusters/", clusters.clusters, name="clusters"),
+    path("clusters/<str:name>/slurm/<str:what>/", clusters.slurm_file, name="slurm-file"),
+    path("sync-runs/<int:run_id>/", clusters.sync_run, name="sync-run"),
 ]

@@ -158,6 +158,7 @@ def test_main_pages_have_no_javascript_errors_at_desktop_and_phone_width(browser
             ("edit", f"/units/{unit}/quotas/"),
             ("capacity", "/capacity/"),
             ("requests", "/requests/"),
+            ("clusters", "/clusters/"),
             ("history", f"/units/{unit}/history/"),
             ("api-docs", "/api/docs/"),
         ):

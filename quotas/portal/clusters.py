@@ -1,0 +1,67 @@
+"""Cluster pages: every cluster with its last sync and drift check, one run's per-object outcomes,
+and a Slurm cluster's accounts as files a site can load by hand."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from quotas import selectors
+from quotas.models import Cluster, ClusterKind, SyncOutcome, SyncRun
+from quotas.policy.slurm.render import qos_script, render_dump
+
+ATTENTION = [
+    SyncOutcome.ERROR,
+    SyncOutcome.BLOCKED,
+    SyncOutcome.INVALID,
+    SyncOutcome.CONFLICT,
+    SyncOutcome.NOT_OURS,
+    SyncOutcome.DRIFT,
+]
+SHOWN = 500
+
+
+@login_required
+def clusters(request: HttpRequest) -> HttpResponse:
+    return render(request, "quotas/clusters.html", {"rows": selectors.clusters_overview()})
+
+
+@login_required
+def sync_run(request: HttpRequest, run_id: int) -> HttpResponse:
+    """One run: what needs attention first (errors, blocked deletes, invalid or foreign objects,
+    drift), then what was written or would be; unchanged objects are only counted."""
+    run = get_object_or_404(SyncRun.objects.select_related("cluster"), pk=run_id)
+    results = run.results.exclude(outcome=SyncOutcome.UNCHANGED)
+    attention = list(results.filter(outcome__in=ATTENTION).order_by("outcome", "kind", "name")[:SHOWN])
+    rest = list(results.exclude(outcome__in=ATTENTION).order_by("id")[:SHOWN])
+    return render(
+        request,
+        "quotas/sync_run.html",
+        {
+            "run": run,
+            "attention": attention,
+            "rest": rest,
+            "shown": SHOWN,
+            "unchanged": run.results.filter(outcome=SyncOutcome.UNCHANGED).count(),
+        },
+    )
+
+
+@login_required
+def slurm_file(request: HttpRequest, name: str, what: str) -> HttpResponse:
+    """``<cluster>.cfg`` (sacctmgr load) or ``<cluster>-qos.sh`` (run it first), as text."""
+    cluster = get_object_or_404(Cluster, name=name, kind=ClusterKind.SLURM)
+    try:
+        state = selectors.slurm_desired(cluster)
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+    if what == "dump":
+        text, filename = render_dump(state), f"{state.cluster}.cfg"
+    elif what == "qos":
+        text, filename = qos_script(state), f"{state.cluster}-qos.sh"
+    else:
+        raise Http404("ask for dump or qos")
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="{filename}"'
+    return response
