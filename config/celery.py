@@ -23,7 +23,7 @@ app.conf.beat_schedule = {
         "schedule": float(env_int("ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS", 300)),
         "args": ("kubernetes",),
     },
-    "slurm-drift-check": {  # each check costs slurmdbd three reads
+    "slurm-drift-check": {  # each check costs slurmdbd four reads
         "task": "quotas.tasks.drift_check",
         "schedule": float(env_int("ALLOT_SLURM_DRIFT_CHECK_SECONDS", 900)),
         "args": ("slurm",),

@@ -1,4 +1,4 @@
-"""The only code that runs ``sacctmgr``: three reads, then ``sacctmgr -i`` writes, each with its exit
+"""The only code that runs ``sacctmgr``: four reads, then ``sacctmgr -i`` writes, each with its exit
 code and output kept. A Slurm cluster's ``connection_ref`` is ``slurm:<cluster name in slurmdbd>``."""
 
 from __future__ import annotations
@@ -72,10 +72,17 @@ class Sacctmgr:
         return result.output
 
     def read(self, cluster: str) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str]]:
-        """Accounts, user associations, QOS and account descriptions: four read calls."""
+        """Accounts, user associations (with each user's DefaultAccount), QOS and account
+        descriptions: four read calls."""
         accounts, users = parse_assoc(
             self._read("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"), ASSOC_FORMAT
         )
+        defaults = dict(
+            line.lower().split("|", 1)
+            for line in self._read("show", "user", "format=User,DefaultAccount").splitlines()
+            if "|" in line
+        )
+        users = [SlurmUser(u.name, u.account, defaults.get(u.name, ""), u.fairshare) for u in users]
         qos = self.read_qos()
         descriptions = {}
         for line in self._read("show", "account", "format=Account,Descr").splitlines():

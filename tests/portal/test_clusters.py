@@ -59,12 +59,15 @@ def test_a_run_page_lists_what_needs_attention_first(viewer, demo):
             SyncObject(run=run, kind="account", name="scratch", outcome=SyncOutcome.BLOCKED,
                        message="sacctmgr -i delete account where name=scratch cluster=lab → rc=1: Job(s) active"),
             SyncObject(run=run, kind="qos", name="guar-llm", outcome=SyncOutcome.UNCHANGED),
+            SyncObject(run=run, kind="account", name="speech", outcome=SyncOutcome.CREATED,
+                       details={"file": "Cluster - 'lab'\nParent - 'research'\nAccount - 'speech'"}),
         ]
     )  # fmt: skip
     html = viewer.get(f"/sync-runs/{run.pk}/").content.decode()
     assert html.index("Needs attention") < html.index("scratch") < html.index("Written") < html.index("guar-nlp")
     assert "1 object unchanged (not listed)" in html and "guar-llm" not in html
     assert "<code>grptres</code>:" in html and "Job(s) active" in html
+    assert "the partial dump loaded in this call" in html and "Parent - &#x27;research&#x27;" in html
     assert viewer.get("/sync-runs/999999/").status_code == 404
 
 

@@ -146,8 +146,28 @@ def plan_slurm(
                 f"DefaultAccount={user.default_account}",
             )
             commands.append(Command("user", f"{user.name}@{user.account}", "add", argv, obj=user, scope=user.account))
+    commands += _default_accounts(desired, accounts, users, descriptions)
     commands += _deletions(desired, accounts, users, qos, descriptions, cluster)
     return commands, refusals
+
+
+def _default_accounts(
+    desired: SlurmState, accounts: Sequence[SlurmAccount], users: Sequence[SlurmUser], descriptions: dict[str, str]
+) -> list[Command]:
+    """A user Slurm knows whose DefaultAccount is not the one Allot wants (e.g. it was an archived
+    unit's account): set it — unless it is one of the site's own accounts, which stays the site's."""
+    wanted = {u.name: u.default_account for u in desired.users}
+    have = {u.name: u.default_account for u in users}
+    site = {a.name for a in accounts if not OURS.match(descriptions.get(a.name, ""))}
+    found = []
+    for name in sorted(wanted):
+        if name not in have or have[name] == wanted[name] or have[name] in site:
+            continue  # an add sets it; or nothing to do; or the site's choice
+        setting = f"DefaultAccount={wanted[name]}"
+        argv = ("modify", "user", "where", f"name={name}", f"cluster={desired.cluster}", "set", setting)
+        changes = (FieldChange("defaultaccount", wanted[name], have[name]),)
+        found.append(Command("user", name, "modify", argv, changes, (setting,)))
+    return found
 
 
 def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos]) -> list[Command]:
@@ -275,6 +295,12 @@ def check_tres(desired: SlurmState, commands: Sequence[Command], tres: set[str])
             )
         elif command.kind == "user" and command.action == "add" and command.scope in unusable:
             problems.append(Problem("user", command.name, f"waits for account {command.scope}"))
+        elif command.kind == "user" and command.action == "modify" and command.changes[0].desired in unusable:
+            problems.append(
+                Problem(
+                    "user", command.name, f"keeps its default account: {command.changes[0].desired} waits for its QOS"
+                )
+            )
         else:
             kept.append(command)
     return kept, problems
@@ -285,8 +311,8 @@ def _phase(command: Command) -> tuple[int, str, bool]:
         return (0, command.scope, command.action != "add")  # preemptees, then guarantees; adds first
     if command.action == "add":
         return (1, "", False)  # new accounts and users: one load
-    if command.kind == "account" and command.action == "modify":
-        return (2, "", False)  # after the load: a re-parent may name a new account
+    if command.action == "modify":
+        return (2, "", False)  # after the load: a re-parent or a default account may name a new account
     if command.kind == "user":
         return (3, "", False)
     if command.kind == "account":
@@ -334,6 +360,8 @@ def _step(key: tuple[Any, ...], members: tuple[Command, ...], cluster: str) -> S
         argv = ("modify", "account", "where", f"name={names}", f"cluster={cluster}", "set", *settings)
         if action == "delete":
             argv = ("delete", "account", "where", f"name={names}", f"cluster={cluster}")
+    elif action == "modify":  # users getting the same default account
+        argv = ("modify", "user", "where", f"name={names}", f"cluster={cluster}", "set", *settings)
     else:  # user deletes of one account
         argv = ("delete", "user", "where", f"name={names}", f"account={scope}", f"cluster={cluster}")
     return Step(argv, members)

@@ -305,3 +305,27 @@ def test_a_dump_that_is_not_one_is_refused_with_the_line():
         parse_dump("Cluster - 'lab'\nAcount - 'x':Fairshare=1\n")
     with pytest.raises(ValueError, match="no \"Cluster - 'name'\" line"):
         parse_dump("Parent - 'root'\n")
+
+
+def test_default_accounts_are_set_where_they_are_not_allots_choice_unless_the_site_chose():
+    from quotas.policy.slurm.model import SlurmUser
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    accounts = [*state.accounts, SlurmAccount("site-tools", "root", 1)]
+    descriptions = {a.name: a.description for a in state.accounts} | {"site-tools": "the platform team's"}
+    users = [
+        SlurmUser("alice", "nlp", "nlp"),  # Allot wants llm (first of her accounts by name)
+        SlurmUser("dave", "nlp", "gone-project"),  # an account that no longer exists
+        SlurmUser("erin", "ops", "site-tools"),  # the site's choice: left alone
+    ]
+    commands, _ = plan_slurm(state, accounts, users, list(state.qos), descriptions=descriptions)
+    modifies = [c for c in commands if c.kind == "user" and c.action == "modify"]
+    assert [(c.name, c.summary) for c in modifies] == [
+        ("alice", "defaultaccount nlp → llm"),
+        ("dave", "defaultaccount gone-project → nlp"),
+    ]
+    steps = batch(commands, "lab")
+    add = next(i for i, s in enumerate(steps) if s.argv[:3] == ("add", "user", "alice"))
+    modify = next(i for i, s in enumerate(steps) if s.argv[:2] == ("modify", "user"))
+    assert add < modify  # alice@llm exists before it becomes her default
