@@ -49,3 +49,7 @@ class PolicyViolationError(Exception):
     def __init__(self, violations: tuple[Violation, ...] | list[Violation]) -> None:
         self.violations = tuple(violations)
         super().__init__("; ".join(v.message for v in self.violations) or "policy violation")
+
+    def as_lines(self) -> str:
+        """One line per violation with its fix, for command-line output."""
+        return "\n".join(f"  - {v.message}. {v.hint}" for v in self.violations)

@@ -244,3 +244,39 @@ def test_audit_rows_are_append_only(org):
         AuditEvent.objects.all().update(reason="x")
     with pytest.raises(TypeError):
         AuditEvent.objects.all().delete()
+
+
+def test_a_slurm_dump_whose_limits_break_the_invariants_imports_nothing(org, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    from quotas.models import ClusterKind, OrgUnit
+
+    cluster = services.cluster_set(
+        actor=org.admin, reason="t", name="slurm-b", kind=ClusterKind.SLURM, connection_ref="slurm:b"
+    )
+    services.flavor_set(
+        actor=org.admin, reason="t", cluster=cluster, name="a100", accelerator_model="A100",
+        device_memory_gb=80, physical_devices=8,
+    )  # fmt: skip
+    dump, qos = tmp_path / "b.cfg", tmp_path / "qos.psv"
+    dump.write_text(
+        "Cluster - 'b'\nParent - 'root'\nAccount - 'globex':Description='organisation globex':Fairshare=1\n"
+        "Parent - 'globex'\nAccount - 'ml':Description='team globex/ml':Fairshare=2\n"
+        "Parent - 'ml'\nUser - 'ann':DefaultAccount='ml'\n"
+    )
+    qos.write_text(
+        "Name|Descr|Priority|GraceTime|Preempt|PreemptExemptTime|PreemptMode|UsageFactor|GrpTRES|MaxWall|Flags\n"
+        "burst-ml|x|10|00:01:00||00:05:00|requeue|0.500000|gres/gpu:a100=100||\n"
+        "guar-ml|x|1000|00:00:00|burst-ml||cluster|1.000000|gres/gpu:a100=4||\n"
+    )
+    args = ["allot_import_slurm", "--cluster", "slurm-b", "--from-dump", str(dump), "--qos-file", str(qos)]
+    with pytest.raises(CommandError, match="the Slurm limits break Allot's invariants; nothing was imported") as info:
+        call_command(*args)
+    assert "\n  - globex/ml slurm-b/a100" in str(info.value) and "above globex's ceiling" in str(info.value)
+    assert not OrgUnit.objects.filter(path__startswith="globex").exists()
+    qos.write_text("\n".join(x for x in qos.read_text().splitlines() if not x.startswith("burst-ml")) + "\n")
+    call_command(*args)
+    ml = OrgUnit.objects.get(path="globex/ml")
+    assert ml.kind == "team" and ml.memberships.get().slurm_username == "ann"
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("allot_import_slurm", "--cluster", "slurm-b", "--from-dump", str(tmp_path / "missing.cfg"))

@@ -44,8 +44,9 @@ class Command(BaseCommand):
         except InputError as exc:
             raise CommandError(str(exc)) from exc
         except PolicyViolationError as exc:
-            lines = "\n".join(f"  - {v.message}. {v.hint}" for v in exc.violations)
-            raise CommandError(f"the objects break Allot's invariants; nothing was imported:\n{lines}") from exc
+            raise CommandError(
+                f"the objects break Allot's invariants; nothing was imported:\n{exc.as_lines()}"
+            ) from exc
         for note in result.notes:
             self.stdout.write(f"note: {note}")
         self.stdout.write(
