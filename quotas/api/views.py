@@ -417,8 +417,8 @@ class SyncRunViewSet(ReadViewSet):
 @api_view(["POST"])
 @permission_classes([IsAuthenticated])
 def preview_view(request: Request) -> Response:
-    """What proposed quota changes would do: the violations, and per Kubernetes cluster the exact
-    object diff. Nothing is saved."""
+    """What proposed quota changes would do: the violations, and per cluster the exact diff (Kueue
+    objects on Kubernetes; QOS, accounts and user associations on Slurm). Nothing is saved."""
     data = _input(s.PreviewIn, request)
     changes = _quota_changes(data["changes"])
     return Response(quota_change_preview(changes).as_dict())

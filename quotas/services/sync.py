@@ -1,6 +1,7 @@
-"""Keep a Kubernetes cluster's Kueue objects in sync with the tree: plan, validate, dry-run, apply.
+"""Keep each cluster in sync with the tree: Kueue objects on Kubernetes (below), accounts, user
+associations and QOS on Slurm (:func:`slurm_sync`). One entry point, :func:`cluster_sync`, for both.
 
-Order of work, each step refusing to go on if the previous one failed:
+Kubernetes, in order, each step refusing to go on if the previous one failed:
 
 1. compile the tree for the cluster and read Allot's objects from it (label selector);
 2. validate every desired object against the CRD schemas, CEL rules and Kueue's webhook rules —
