@@ -150,6 +150,7 @@ def read_slurm(
             name, d = parents[name], d + 1
         return d
 
+    read_as_guarantee: set[str] = set()
     for account in sorted(accounts, key=lambda a: (depth(a.name), a.name)):
         if under_skipped(account.name):
             continue
@@ -163,7 +164,9 @@ def read_slurm(
             account.fairshare,
             ours,
         )
-        _limits(found, unit, account, by_qos, flavors)
+        site_guarantee = _limits(found, unit, account, by_qos, flavors)
+        if site_guarantee:
+            read_as_guarantee.add(site_guarantee)
         found.units[account.name] = unit
         if not ours:
             found.notes.append(
@@ -180,10 +183,8 @@ def read_slurm(
                 parent = found.units[unit.parent].guarantee
                 parent[flavor] = parent.get(flavor, 0) + gpus
     used = {name for a in accounts if a.name in found.units for name in a.qos}
-    for name in sorted(used - {"normal"}):
-        if not name.startswith(("guar-", "burst-", "tier-")) and not any(
-            f"site's QOS {name} " in note for note in found.notes
-        ):
+    for name in sorted(used - read_as_guarantee - {"normal"}):
+        if not name.startswith(("guar-", "burst-", "tier-")):
             found.notes.append(
                 f"QOS {name}: the site's own, not imported; Allot gives each unit guar-<account> and "
                 "burst-<account> QOS (set guarantee and burst per unit) and keeps QOS it did not create"
@@ -201,8 +202,11 @@ def _limits(
     account: SlurmAccount,
     by_qos: Mapping[str, SlurmQos],
     flavors: Sequence[str],
-) -> None:
+) -> str | None:
+    """Fill in the unit's guarantee, burst and contract; returns the name of a site QOS whose GPU
+    limit was read as the guarantee, if one was."""
     guar, burst = by_qos.get(f"guar-{account.name}"), by_qos.get(f"burst-{account.name}")
+    site_guarantee = None
     if guar is not None:
         unit.guarantee = _gpus(found, guar, flavors)
     else:
@@ -211,7 +215,7 @@ def _limits(
             if site is not None and not name.startswith(("burst-", "tier-")) and name != "normal":
                 gpus = _gpus(found, site, flavors)
                 if gpus and not unit.guarantee:
-                    unit.guarantee = gpus
+                    unit.guarantee, site_guarantee = gpus, name
                     found.notes.append(
                         f"account {account.name}: the GPU limit of the site's QOS {name} is imported as its "
                         f"guarantee; Allot will keep it in guar-{account.name}"
@@ -219,6 +223,7 @@ def _limits(
     if burst is not None:
         unit.burst = _gpus(found, burst, flavors)
         unit.contract = (burst.grace_time_s, burst.preempt_exempt_s)
+    return site_guarantee
 
 
 def _gpus(found: SlurmImport, qos: SlurmQos, flavors: Sequence[str]) -> dict[str, int]:

@@ -77,10 +77,11 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
     keys = {f.key for f in flavors}
     present = _present(snapshot, target, keys)
     name = {uid: target.accounts.get(uid) or snapshot.units[uid].slug for uid in present}
-    problems = []
+    problems, bad = [], set()
     for uid in sorted(present, key=lambda u: snapshot.units[u].path):
         why = slurm_name_problem(name[uid])
         if why:
+            bad.add(uid)
             problems.append(
                 Problem(
                     "account",
@@ -89,7 +90,6 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                     "everything under it are left out of Slurm until it is renamed",
                 )
             )
-    bad = {uid for uid in present if slurm_name_problem(name[uid])}
     present = {uid for uid in present if uid not in bad and not bad.intersection(snapshot.ancestors(uid))}
     tier_qos = _tier_qos(snapshot)
     burst_qos, guar_qos = {}, {}
@@ -162,14 +162,14 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
             )
         )
     members = {(u, uid) for uid, users in target.members.items() if uid in present for u in users}
+    kept = set()
     for user, uid in sorted(members):
         why = slurm_name_problem(user)
         if why:
             problems.append(Problem("user", f"{user}@{name[uid]}", f"member of {snapshot.units[uid].path}: {why}"))
-    users = sorted(
-        {SlurmUser(u, name[uid], name[uid]) for u, uid in members if not slurm_name_problem(u)},
-        key=lambda u: (u.name, u.account),
-    )
+        else:
+            kept.add(SlurmUser(user, name[uid], name[uid]))
+    users = sorted(kept, key=lambda u: (u.name, u.account))
     billing = {f.key: f"CPU=1.0,Mem=0.25G,GRES/gpu:{f.gpu_type}={f.billing_weight * 10:g}" for f in flavors}
     return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing, tuple(problems))
 
