@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_int, env_list, env_str
+from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ALLOT_VAR_DIR", str(BASE_DIR / "var")))
@@ -152,9 +153,9 @@ ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int("ALLOT_POLICY_SCHEDULING_PASS_SEC
 
 # --- Kubernetes (ALLOT_KUBERNETES_*) ----------------------------------------------------------
 ALLOT_KUBERNETES_ENABLED = env_bool("ALLOT_KUBERNETES_ENABLED", True)
-# Kueue CRDs to validate against before any apply. Empty: read them from each cluster itself.
-_REFERENCE_CRDS = BASE_DIR.parent / "shared" / "reference" / "kueue-crds"
-ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(_REFERENCE_CRDS) if _REFERENCE_CRDS.is_dir() else "")
+# Kueue CRDs to validate against before any apply: the bundled ones (quotas/kueue_crds/README.md), a
+# folder of your own, or "cluster" to read them from each cluster's API server.
+ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(BUNDLED_KUEUE_CRDS))
 # ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
 
 # --- Slurm (ALLOT_SLURM_*) --------------------------------------------------------------------

@@ -8,16 +8,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("ALLOT_SHARED_DIR", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
-def shared_reference() -> Path:
-    """``../shared/reference`` (real captured outputs). CI always has it beside the checkout."""
-    path = SHARED / "reference"
-    if not path.is_dir():
-        pytest.fail(f"{path} is missing: put a copy of shared/ beside the checkout or set ALLOT_SHARED_DIR")
-    return path
+def fixtures() -> Path:
+    """``tests/fixtures``: real captured outputs (see its README for where each came from)."""
+    return FIXTURES
 
 
 def _database_vendor() -> str:
@@ -153,14 +150,14 @@ def org(db, admin_user):
 
 
 @pytest.fixture(scope="session")
-def crd_schemas(shared_reference: Path):
-    """The real Kueue CRDs of shared/reference/kueue-crds (the Workload CRD is not needed)."""
+def crd_schemas():
+    """The real Kueue CRDs bundled in quotas/kueue_crds."""
     import yaml
 
+    from quotas.kueue_crds import CRD_DIR
     from quotas.policy.kueue.schema import CrdSchemas
 
-    files = sorted((shared_reference / "kueue-crds").glob("kueue.x-k8s.io_*.yaml"))
-    return CrdSchemas(yaml.safe_load(f.read_text()) for f in files if "workloads" not in f.name)
+    return CrdSchemas(yaml.safe_load(f.read_text()) for f in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml")))
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A small stateful stand-in for a kube-apiserver with the Kueue CRDs, on loopback.
 
 No API server can run on these machines, so end-to-end sync tests talk to this one through the
-official client. It behaves as the captured exchanges in ``shared/reference/k8s-api`` show:
+official client. It behaves as the captured exchanges in ``tests/fixtures/k8s-api`` show:
 201 on create and 200 on a no-op apply (same resourceVersion), server defaults added to
 ClusterQueues and LocalQueues, dry runs that store nothing, 409 after an out-of-band edit unless
 ``force=true``, 422 with causes for objects the real CRD schema and CEL rules refuse (rendered the

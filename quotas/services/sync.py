@@ -71,9 +71,10 @@ def _schemas_from_dir(directory: str) -> CrdSchemas:
 
 
 def crd_schemas(client: KueueClient) -> CrdSchemas:
-    """The CRDs to validate against: ALLOT_KUBERNETES_CRD_DIR, or the cluster's own."""
+    """The CRDs to validate against: ALLOT_KUBERNETES_CRD_DIR (the bundled ones by default), or the
+    cluster's own when it is ``cluster``."""
     directory = settings.ALLOT_KUBERNETES_CRD_DIR
-    return _schemas_from_dir(directory) if directory else CrdSchemas(client.read_crds())
+    return CrdSchemas(client.read_crds()) if directory == "cluster" else _schemas_from_dir(directory)
 
 
 class _Run:

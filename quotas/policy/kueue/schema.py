@@ -1,6 +1,6 @@
 """Validate objects against their CRD's structural schema and CEL rules, as the API server would.
 
-The validator is built from CRD documents (the cluster's own, or ``shared/reference/kueue-crds``).
+The validator is built from CRD documents (the cluster's own, or the bundled ``quotas/kueue_crds``).
 It checks types, enums, required fields, patterns, bounds, list-map keys and unknown fields (as
 ``fieldValidation=Strict`` does), then evaluates every ``x-kubernetes-validations`` rule with a CEL
 interpreter. Transition rules (those reading ``oldSelf``) run only when an old object is given,

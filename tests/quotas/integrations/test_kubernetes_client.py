@@ -13,8 +13,8 @@ from tests.kube_replay import ReplayServer
 
 
 @pytest.fixture
-def api(shared_reference):
-    return shared_reference / "k8s-api"
+def api(fixtures):
+    return fixtures / "k8s-api"
 
 
 def client_for(server):

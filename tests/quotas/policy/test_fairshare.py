@@ -131,7 +131,7 @@ def _parse_sshare(path):
     return rows
 
 
-def test_fair_tree_matches_a_real_sshare(shared_reference):
+def test_fair_tree_matches_a_real_sshare(fixtures):
     """Feed the leaves' usage and the raw shares of a real capture; every NormShares, EffectvUsage,
     LevelFS and user FairShare the algorithm computes must equal what Slurm printed.
 
@@ -139,7 +139,7 @@ def test_fair_tree_matches_a_real_sshare(shared_reference):
     than the normalised figures (prod: RawUsage 5749/22210 = 0.259, NormUsage 0.2787, with
     PriorityCalcPeriod=1 and jobs running), and Slurm ranks on the normalised usage.
     """
-    rows = _parse_sshare(shared_reference / "slurm/outputs/sshare-a-l-P.psv")
+    rows = _parse_sshare(fixtures / "slurm-outputs/sshare-a-l-P.psv")
     nodes = [
         ShareNode(key, parent, float(f["RawShares"]), float(f["NormUsage"]) if f["User"] else 0.0)
         for key, parent, f in rows

@@ -99,13 +99,13 @@ def test_plan_creates_updates_keeps_and_deletes_in_order():
     assert [p.action for p in plans][-5:] == [Action.DELETE] * 5
 
 
-def test_plan_against_what_a_real_server_returned(shared_reference):
+def test_plan_against_what_a_real_server_returned(fixtures):
     """The server's own answer to an apply (with defaults and managedFields) diffs clean
     against the request that produced it."""
-    exchange = json.loads((shared_reference / "k8s-api/02e-ssa-create-clusterqueue-201.json").read_text())
+    exchange = json.loads((fixtures / "k8s-api/02e-ssa-create-clusterqueue-201.json").read_text())
     assert diff_object(exchange["request"]["body"], exchange["response"]["body"]) == []
     edited = json.loads(
-        (shared_reference / "k8s-api/05b-get-clusterqueue-managedfields-after-kubectl-edit-200.json").read_text()
+        (fixtures / "k8s-api/05b-get-clusterqueue-managedfields-after-kubectl-edit-200.json").read_text()
     )["response"]["body"]
     changes = diff_object(exchange["request"]["body"], edited)
     assert [c.path for c in changes] == ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]

@@ -31,8 +31,8 @@ def test_translated_objects_pass_every_check(crd_schemas):
         "06c-ssa-invalid-flavor-fewer-resources-than-covered-422.json",
     ],
 )
-def test_cel_problems_match_what_the_real_api_server_said(crd_schemas, shared_reference, fixture):
-    exchange = json.loads((shared_reference / "k8s-api" / fixture).read_text())
+def test_cel_problems_match_what_the_real_api_server_said(crd_schemas, fixtures, fixture):
+    exchange = json.loads((fixtures / "k8s-api" / fixture).read_text())
     [problem] = crd_schemas.validate(exchange["request"]["body"])
     [cause] = exchange["response"]["body"]["details"]["causes"]
     assert (problem.field, problem.message, problem.source) == (cause["field"], cause["message"], Source.CEL)
@@ -41,15 +41,15 @@ def test_cel_problems_match_what_the_real_api_server_said(crd_schemas, shared_re
 @pytest.mark.parametrize(
     "fixture", ["06d-ssa-unknown-field-strict-500.json", "06g-post-create-unknown-field-strict-400.json"]
 )
-def test_unknown_fields_are_refused_like_strict_field_validation(crd_schemas, shared_reference, fixture):
-    exchange = json.loads((shared_reference / "k8s-api" / fixture).read_text())
+def test_unknown_fields_are_refused_like_strict_field_validation(crd_schemas, fixtures, fixture):
+    exchange = json.loads((fixtures / "k8s-api" / fixture).read_text())
     [problem] = crd_schemas.validate(exchange["request"]["body"])
     assert problem.field == "spec.cohort" and "unknown field" in problem.message
     assert "spec.cohort" in exchange["response"]["body"]["message"]
 
 
-def test_every_captured_valid_apply_passes(crd_schemas, shared_reference):
-    bodies = [json.loads(p.read_text())["request"]["body"] for p in sorted((shared_reference / "k8s-api").glob("02*"))]
+def test_every_captured_valid_apply_passes(crd_schemas, fixtures):
+    bodies = [json.loads(p.read_text())["request"]["body"] for p in sorted((fixtures / "k8s-api").glob("02*"))]
     kueue = [b for b in bodies if b["apiVersion"].startswith("kueue")]
     assert len(kueue) == 7
     assert [str(p) for b in kueue for p in crd_schemas.validate(b)] == []

@@ -103,8 +103,8 @@ def test_dump_format_puts_each_parent_before_its_children():
     assert "'GrpTRES=gres/gpu:a100=2,gres/gpu:h100=8'" in script and "'PreemptExemptTime=00:00:30'" in script
 
 
-def test_reading_real_sacctmgr_output(shared_reference):
-    outputs = shared_reference / "slurm" / "outputs"
+def test_reading_real_sacctmgr_output(fixtures):
+    outputs = fixtures / "slurm-outputs"
     columns = [
         "Cluster",
         "Account",
@@ -272,10 +272,10 @@ def test_equal_settings_share_a_call_and_modifies_set_only_what_differs():
     assert fairshare[0].argv[-1] == "Fairshare=50"
 
 
-def test_importing_a_sites_own_dump_maps_the_tree_and_says_what_it_could_not(shared_reference):
+def test_importing_a_sites_own_dump_maps_the_tree_and_says_what_it_could_not(fixtures):
     from quotas.policy.slurm.importer import parse_dump, read_slurm
 
-    outputs = shared_reference / "slurm" / "outputs"
+    outputs = fixtures / "slurm-outputs"
     cluster, accounts, users = parse_dump((outputs / "sacctmgr-dump-lab.cfg").read_text())
     qos = parse_qos((outputs / "sacctmgr-P-show-qos.psv").read_text())
     plan = read_slurm(accounts, users, qos, flavors=["a100"])

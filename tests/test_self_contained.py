@@ -1,0 +1,53 @@
+"""The repository is self-contained: nothing in it reads data from outside the checkout."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUTSIDE = re.compile(r"\.\./shared|parent\s*/\s*\"shared\"|\"shared\"\s*/\s*\"reference\"|ALLOT_SHARED_DIR")
+
+
+def test_no_tracked_file_points_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    offenders = []
+    for name in tracked:
+        path = REPO / name
+        if name == "tests/test_self_contained.py" or not path.is_file() or path.stat().st_size > 2_000_000:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        offenders += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+    assert offenders == [], f"these lines read or link outside the repository: {offenders}"
+
+
+def test_the_bundled_crds_are_installed_as_package_data():
+    from django.conf import settings
+
+    from quotas.kueue_crds import CRD_DIR, KINDS
+
+    assert str(CRD_DIR) == settings.ALLOT_KUBERNETES_CRD_DIR
+    assert sorted(p.name for p in CRD_DIR.glob("kueue.x-k8s.io_*.yaml")) == [f"kueue.x-k8s.io_{k}.yaml" for k in KINDS]
+
+
+def test_refreshing_the_crds_from_a_release_manifest_keeps_the_kinds_allot_writes(tmp_path):
+    from quotas.kueue_crds import CRD_DIR, KINDS
+    from quotas.kueue_crds.refresh import main
+
+    bundled = {k: (CRD_DIR / f"kueue.x-k8s.io_{k}.yaml").read_text() for k in KINDS}
+    manifest = tmp_path / "manifests.yaml"
+    service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: kueue-webhook-service\n"
+    manifest.write_text("---\n" + "\n---\n".join([service, *bundled.values()]))
+    out = tmp_path / "crds"
+    out.mkdir()
+    assert main([str(manifest), "--version", "v9.9.9", "--into", str(out)]) == 0
+    assert {k: (out / f"kueue.x-k8s.io_{k}.yaml").read_text() for k in KINDS} == bundled
+    assert "version: v9.9.9" in (out / "VERSION").read_text()
+
+    partial = tmp_path / "partial.yaml"
+    partial.write_text(bundled["cohorts"])
+    assert main([str(partial), "--version", "v9.9.9", "--into", str(tmp_path / "crds")]) == 1  # nothing half-written
