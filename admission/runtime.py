@@ -36,26 +36,46 @@ LATENCY = Histogram(
 REVISION = Gauge("allot_admission_policy_revision", "Policy revision the process decides with")
 
 
+class PolicyUnavailable(RuntimeError):
+    """No policy is loaded yet (the database did not answer): the webhook cannot judge workloads."""
+
+
+RETRY_SECONDS = 1.0
+"""While no policy is loaded, a request tries to load it at most this often (others fail fast)."""
+
+
 class _State:
     def __init__(self) -> None:
         self.policy: AdmissionPolicy | None = None
         self.pending: deque[AdmissionDecision] = deque(maxlen=10_000)
         self.lock = threading.Lock()
         self.started = False
+        self.last_error = ""
+        self.failed_at = 0.0
 
     def current(self) -> AdmissionPolicy:
+        """The loaded policy; the first call loads it. Raises PolicyUnavailable (with the cause) while
+        it cannot be loaded; the background thread keeps trying."""
         policy = self.policy
-        if policy is None:
-            with self.lock:
-                if self.policy is None:
+        if policy is not None:
+            return policy
+        with self.lock:
+            if self.policy is None and time.monotonic() - self.failed_at >= RETRY_SECONDS:
+                try:
                     self.refresh()
-                self._start()
-            policy = self.policy
-        assert policy is not None
-        return policy
+                    self.last_error = ""
+                except Exception as exc:
+                    self.failed_at = time.monotonic()
+                    self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
+                    log.warning("admission policy could not be loaded: %s", self.last_error)
+            self._start()
+        if self.policy is None:
+            raise PolicyUnavailable(self.last_error or "the policy is being loaded")
+        return self.policy
 
     def refresh(self, *, force: bool = True) -> bool:
-        """Recompile when the revision moved (or always with ``force``). True when it did."""
+        """Recompile when the revision moved (or always with ``force``, or when none is loaded).
+        True when it did."""
         if not force and self.policy is not None and policy_revision() == self.policy.revision:
             return False
         self.policy = admission_policy(admission_cluster())
@@ -71,7 +91,11 @@ class _State:
         while self.pending:
             batch.append(self.pending.popleft())
         if batch:
-            AdmissionDecision.objects.bulk_create(batch)
+            try:
+                AdmissionDecision.objects.bulk_create(batch)
+            except Exception:
+                self.pending.extendleft(reversed(batch))  # the database is away: keep them (bounded)
+                raise
             newest = AdmissionDecision.objects.order_by("-id").values_list("id", flat=True).first() or 0
             AdmissionDecision.objects.filter(id__lte=newest - settings.ALLOT_ADMISSION_LOG_KEEP).delete()
         return len(batch)
@@ -86,14 +110,20 @@ class _State:
         last_refresh = time.monotonic()
         while True:
             time.sleep(1.0)
-            try:
-                close_old_connections()
-                self.flush()
-                if time.monotonic() - last_refresh >= settings.ALLOT_ADMISSION_REFRESH_SECONDS:
-                    last_refresh = time.monotonic()
+            close_old_connections()
+            due = time.monotonic() - last_refresh >= settings.ALLOT_ADMISSION_REFRESH_SECONDS
+            if due or self.policy is None:
+                last_refresh = time.monotonic()
+                try:
                     self.refresh(force=False)
-            except Exception:  # keep serving the last good policy; say why
-                log.exception("admission background refresh failed; serving the last good policy")
+                    self.last_error = ""
+                except Exception as exc:  # keep serving the last good policy; say why
+                    self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
+                    log.exception("admission policy refresh failed; serving the last good policy")
+            try:
+                self.flush()
+            except Exception:
+                log.exception("admission decision log could not be written; kept for the next try")
 
 
 STATE = _State()

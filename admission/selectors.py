@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -46,12 +48,13 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         allowed_tiers={u: frozenset(t) for u, t in allowed.items()},
         flavor_memory=memory,
     )
-    return AdmissionPolicy(
-        policy.cluster,
-        policy.revision,
-        policy.namespaces,
-        policy.flavors,
-        frozenset(settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES),
+    accelerators: dict[str, str | None] = {"nvidia.com/gpu": None}
+    accelerators.update(dict(pair.split("=", 1) for pair in settings.ALLOT_ADMISSION_ACCELERATORS))
+    return replace(
+        policy,
+        exempt_namespaces=frozenset(settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES),
+        accelerators=accelerators,
+        controllers=frozenset(settings.ALLOT_ADMISSION_CONTROLLERS),
     )
 
 

@@ -8,4 +8,5 @@ urlpatterns = [
     path("k8s/noop", views.noop, name="admission-noop"),
     path("metrics", views.metrics, name="admission-metrics"),
     path("healthz", views.healthz, name="admission-healthz"),
+    path("readyz", views.readyz, name="admission-readyz"),
 ]

@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from admission.policy.decide import MAX_WARNING, Decision, Reason, decide
-from admission.runtime import DECISIONS, LATENCY, STATE, decision_row
+from admission.runtime import DECISIONS, LATENCY, STATE, PolicyUnavailable, decision_row
 
 log = logging.getLogger("allot.admission")
 API_VERSION, KIND = "admission.k8s.io/v1", "AdmissionReview"
@@ -48,19 +49,39 @@ def _authenticated(request: HttpRequest) -> str | None:
     return None
 
 
-def _read_review(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonResponse | None]:
+UID = re.compile(rb'"uid"\s*:\s*"([^"\\]{1,128})"')
+
+
+def _too_large(head: bytes, size: str) -> HttpResponse:
+    """The object is over ALLOT_ADMISSION_MAX_BODY_BYTES: a denial the API server shows the user when
+    the review's uid can be read from its first bytes (it comes first), else a JSON 413."""
+    limit = settings.ALLOT_ADMISSION_MAX_BODY_BYTES
+    message = f"the object is too large for Allot to judge ({size}; the limit is {limit} bytes)"
+    found = UID.search(head[:65536])
+    if found is None:
+        return _bad(message, 413)
+    decision = Decision(False, Reason.TOO_LARGE, message + ": make it smaller (e.g. move data into a ConfigMap)")
+    body = {"apiVersion": API_VERSION, "kind": KIND, "response": _answer(found.group(1).decode(), decision)}
+    return HttpResponse(json.dumps(body), content_type="application/json")
+
+
+def _read_review(request: HttpRequest) -> tuple[dict[str, Any] | None, HttpResponse | None]:
     if request.method != "POST":
         return None, _bad("POST an AdmissionReview", 405)
     refused = _authenticated(request)
     if refused:
         return None, _bad(refused, 401)
+    limit = settings.ALLOT_ADMISSION_MAX_BODY_BYTES
     length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.ALLOT_ADMISSION_MAX_BODY_BYTES:
-        return None, _bad(f"body of {length} bytes is larger than {settings.ALLOT_ADMISSION_MAX_BODY_BYTES}")
+    raw = request.read(limit + 1)  # never more than the limit in memory (Django's own cap is not used)
+    if length > limit or len(raw) > limit:
+        return None, _too_large(raw, f"{length} bytes" if length else f"over {limit} bytes")
     try:
-        review = json.loads(request.body.decode("utf-8"))
+        review = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return None, _bad("body is not valid UTF-8")
+    except RecursionError:
+        return None, _bad("body nests JSON too deeply to be an AdmissionReview")
     except ValueError:
         return None, _bad("body is not JSON")
     if not isinstance(review, dict) or review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
@@ -71,7 +92,7 @@ def _read_review(request: HttpRequest) -> tuple[dict[str, Any] | None, JsonRespo
     return review, None
 
 
-def _answer(uid: str, decision: Decision, *, with_patch: bool) -> dict[str, Any]:
+def _answer(uid: str, decision: Decision, *, with_patch: bool = False) -> dict[str, Any]:
     response: dict[str, Any] = {
         "uid": uid,
         "allowed": decision.allowed,
@@ -99,7 +120,7 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
     assert review is not None
     inner = review["request"]
     try:
-        decision = decide(STATE.current(), inner, mutate=webhook == "mutate")
+        decision = _decide(inner, webhook)
     except Exception as exc:  # never a 500, never an accidental allow
         log.exception("admission decision failed uid=%s", inner.get("uid"))
         decision = Decision(
@@ -145,6 +166,24 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
     return HttpResponse(json.dumps(body), content_type="application/json")
 
 
+def _decide(inner: dict[str, Any], webhook: str) -> Decision:
+    """The policy's decision; while no policy is loaded, exempt namespaces and deletions are still
+    let through and everything else is denied as ``policy_unavailable`` (never as malformed)."""
+    exempt = str(inner.get("namespace") or "") in settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES
+    try:
+        policy = STATE.current()
+    except PolicyUnavailable as exc:
+        if exempt or inner.get("operation") in ("DELETE", "CONNECT"):
+            return Decision(True, Reason.NOT_CHECKED)
+        return Decision(
+            False,
+            Reason.POLICY_UNAVAILABLE,
+            f"Allot's policy is not loaded yet ({exc}): workloads cannot be judged until its database answers; "
+            f"try again in a minute, or ask the platform team",
+        )
+    return decide(policy, inner, mutate=webhook == "mutate")
+
+
 @csrf_exempt
 def validate(request: HttpRequest) -> HttpResponse:
     return _serve(request, "validate")
@@ -179,8 +218,19 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers. Readiness is /admission/readyz."""
     policy = STATE.policy
     return JsonResponse({"ok": True, "policy_revision": policy.revision if policy else None})
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: 200 only once a policy is loaded (the first call tries to load it), else 503 with the
+    cause, so no API-server call is routed to a replica that could only answer policy_unavailable."""
+    try:
+        policy = STATE.current()
+    except PolicyUnavailable as exc:
+        return JsonResponse({"ready": False, "why": f"no policy loaded: {exc}"}, status=503)
+    return JsonResponse({"ready": True, "policy_revision": policy.revision, "cluster": policy.cluster})
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

@@ -2,12 +2,17 @@
 
     python bench/admission.py
 
-Starts gunicorn with deploy/gunicorn.conf.py and ALLOT_WEBHOOK_ONLY=true against a database holding
-the demo organisation (DATABASE_URL, or a fresh SQLite file), then drives it with wrk (installed
-with apt-get when missing) for 10 s at 1, 16 and 64 connections: first /admission/k8s/validate with
-the captured AdmissionReviews plus synthetic ones of every kind (allowed and denied), then the
-no-policy endpoint /admission/k8s/noop of the same stack. Prints the figures; the LAST line is
-key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N).
+Starts the webhook as the deployment runs it — gunicorn (deploy/gunicorn.conf.py, sync workers,
+ALLOT_WEBHOOK_ONLY=true) on loopback behind nginx, rendered from the deployment's own
+deploy/kubernetes/base/nginx-webhook.conf.template —
+against a database holding the demo organisation (DATABASE_URL, or a fresh SQLite file). Drives it
+with wrk (wrk and nginx are installed with apt-get when missing) for 10 s at 1, 16 and 64
+connections with the 20 documented reviews (the 2 captured ones and 18 synthetic ones of every kind,
+allowed and denied): first /admission/k8s/validate, then the no-policy endpoint /admission/k8s/noop
+of the same stack; then once more at 16 connections while SLOW_CLIENTS other connections send their
+reviews one byte every 200 ms (clients on a bad link must not delay everybody else). Prints the
+figures and the machine's load average; the LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N,
+noop_rps_N, ratio_N, slow_rps_16, slow_p99_ms_16, load_1m).
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT.parent / "shared" / "reference" / "admission-samples"
+SAMPLES = ROOT / "tests" / "fixtures" / "admission-samples"
 TOKEN = "bench-token"
 DURATION = int(os.environ.get("BENCH_SECONDS", "10"))
+SLOW_CLIENTS = int(os.environ.get("BENCH_SLOW_CLIENTS", "4"))
+DISTINCT = 20  # the captured reviews plus 18 synthetic ones, as documented
 LUA = """
 local bodies = {}
 init = function(args)
@@ -41,13 +49,35 @@ end
 """
 
 
-def ensure_wrk() -> str:
-    found = shutil.which("wrk")
+def ensure(command: str, package: str) -> str:
+    found = shutil.which(command) or (Path("/usr/sbin") / command if (Path("/usr/sbin") / command).exists() else None)
     if found:
-        return found
-    print("installing wrk with apt-get …", flush=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
-    return shutil.which("wrk") or "wrk"
+        return str(found)
+    print(f"installing {package} with apt-get …", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, capture_output=True)
+    return shutil.which(command) or f"/usr/sbin/{command}"
+
+
+def nginx_conf(work: Path, listen: int, upstream: int) -> Path:
+    """The deployment's nginx front (deploy/kubernetes/base/nginx-webhook.conf.template) rendered for
+    loopback, inside a minimal main configuration."""
+    server = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-webhook.conf.template").read_text()
+    for name, value in {
+        "ALLOT_NGINX_LISTEN": f"127.0.0.1:{listen}",
+        "ALLOT_NGINX_UPSTREAM": f"127.0.0.1:{upstream}",
+        "ALLOT_NGINX_TLS_INCLUDE": str(work / "no-tls-*.conf"),
+    }.items():
+        server = server.replace("${" + name + "}", value)
+    (work / "webhook.conf").write_text(server)
+    temp = "\n".join(
+        f"    {kind}_temp_path {work}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    main = (
+        f"user root;\nworker_processes auto;\npid {work}/nginx.pid;\nerror_log {work}/nginx-error.log warn;\n"
+        f"events {{ worker_connections 4096; }}\nhttp {{\n{temp}\n    include {work}/webhook.conf;\n}}\n"
+    )
+    (work / "nginx.conf").write_text(main)
+    return work / "nginx.conf"
 
 
 def free_port() -> int:
@@ -89,7 +119,11 @@ def bodies() -> list[str]:
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "template": template}],
             }
         },
-        ("kueue.x-k8s.io", "Workload"): {"podSets": [{"name": "main", "count": 4, "template": template}]},
+        ("kueue.x-k8s.io", "Workload"): {
+            "queueName": "acme.research.nlp",
+            "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "allot-p1"},
+            "podSets": [{"name": "main", "count": 4, "template": template}],
+        },
     }
     for i, ((group, kind), spec) in enumerate(kinds.items()):
         for variant, (owner, gpus) in enumerate((("alice", "2"), ("alice", "500"), ("mallory", "1"))):
@@ -162,8 +196,29 @@ def run_wrk(wrk: str, url: str, script: Path, data: Path, connections: int) -> t
     return rps, pct("50"), pct("99")
 
 
+def slow_clients(port: int, body: bytes, stop: threading.Event) -> list[threading.Thread]:
+    """Connections that send a review one byte every 200 ms until ``stop`` (then they hang up)."""
+
+    def dribble() -> None:
+        head = (
+            f"POST /admission/k8s/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            for i in range(len(head) + len(body)):
+                if stop.wait(0.2):
+                    return
+                conn.sendall((head + body)[i : i + 1])
+
+    threads = [threading.Thread(target=dribble, daemon=True) for _ in range(SLOW_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
 def main() -> None:
-    wrk = ensure_wrk()
+    wrk = ensure("wrk", "wrk")
+    nginx = ensure("nginx", "nginx-core")
     work = Path(tempfile.mkdtemp(prefix="allot-bench-"))
     env = {
         **os.environ,
@@ -178,22 +233,23 @@ def main() -> None:
     subprocess.run([python, "manage.py", "allot_demo"], cwd=ROOT, env=env, check=True, capture_output=True)
     (work / "bodies.txt").write_text("\n".join(bodies()) + "\n")
     (work / "post.lua").write_text(LUA)
-    port = free_port()
+    port, upstream = free_port(), free_port()
     server_log = open(work / "gunicorn.log", "w")  # noqa: SIM115 - closed with the server
     server = subprocess.Popen(
-        [python, "-m", "gunicorn", "config.wsgi", "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+        [python, "-m", "gunicorn", "config.wsgi", "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{upstream}"],
         cwd=ROOT,
         stdout=server_log,
         stderr=server_log,
-        env={**env, "ALLOT_WEBHOOK_ONLY": "true"},
+        env={"GUNICORN_WORKER_CLASS": "sync", **env, "ALLOT_WEBHOOK_ONLY": "true"},
         start_new_session=True,
     )
+    front = subprocess.Popen([nginx, "-c", str(nginx_conf(work, port, upstream)), "-g", "daemon off;"])
     base = f"http://127.0.0.1:{port}/admission"
     figures: dict[str, float] = {}
     try:
         for _ in range(100):
             try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1)
+                urllib.request.urlopen(f"{base}/readyz", timeout=1)
                 break
             except OSError:
                 time.sleep(0.2)
@@ -208,9 +264,10 @@ def main() -> None:
                 )
                 answer = json.loads(urllib.request.urlopen(req, timeout=10).read())["response"]
                 mix["allowed" if answer["allowed"] else "denied"] += 1
+        distinct = len(bodies())
+        assert distinct == DISTINCT, f"{distinct} distinct reviews, expected {DISTINCT}"
         print(
-            f"request mix: {len(bodies())} distinct reviews, {mix['allowed'] // 4} allowed and "
-            f"{mix['denied'] // 4} denied",
+            f"request mix: {distinct} distinct reviews, {mix['allowed'] // 4} allowed and {mix['denied'] // 4} denied",
             flush=True,
         )
         for connections in (1, 16, 64):
@@ -230,11 +287,35 @@ def main() -> None:
                     f"ratio_{connections}": rps / noop_rps,
                 }
             )
+        stop = threading.Event()
+        dribblers = slow_clients(port, bodies()[-1].encode(), stop)
+        time.sleep(1.0)  # they hold their connections before the load starts
+        try:
+            rps, p50, p99 = run_wrk(wrk, f"{base}/k8s/validate", work / "post.lua", work / "bodies.txt", 16)
+        finally:
+            stop.set()
+            for thread in dribblers:
+                thread.join(timeout=5)
+        print(
+            f"16 connections beside {SLOW_CLIENTS} slow clients: {rps:,.0f} reviews/s, p50 {p50:.2f} ms, "
+            f"p99 {p99:.2f} ms",
+            flush=True,
+        )
+        figures.update({"slow_rps_16": rps, "slow_p99_ms_16": p99})
+        load = os.getloadavg()
+        print(f"load average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)", flush=True)
+        figures["load_1m"] = load[0]
     finally:
+        front.terminate()
+        front.wait(timeout=30)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
         server_log.close()
-    print(" ".join(f"{k}={v:.0f}" if k.startswith(("rps", "noop")) else f"{k}={v:.2f}" for k, v in figures.items()))
+    print(
+        " ".join(
+            f"{k}={v:.0f}" if k.startswith(("rps", "noop", "slow_rps")) else f"{k}={v:.2f}" for k, v in figures.items()
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from admission.policy.model import DEFAULT_CONTROLLERS
 from config.env import env_bool, env_int, env_list, env_str
 from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS
 
@@ -187,6 +188,16 @@ ALLOT_ADMISSION_MAX_BODY_BYTES = env_int("ALLOT_ADMISSION_MAX_BODY_BYTES", 3 * 1
 ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list("ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"])
 ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000)
 ALLOT_ADMISSION_BACKGROUND = env_bool("ALLOT_ADMISSION_BACKGROUND", True)
+# Accelerator resources beyond nvidia.com/gpu, counted as devices of a flavor: "amd.com/gpu=mi300x,...".
+# Any other accelerator resource (amd.com/, nvidia.com/mig-*, habana.ai/, ...) and DRA claims are refused.
+ALLOT_ADMISSION_ACCELERATORS = env_list("ALLOT_ADMISSION_ACCELERATORS", [])
+for _pair in ALLOT_ADMISSION_ACCELERATORS:
+    if _pair.count("=") != 1 or not all(_pair.split("=")):
+        raise ImproperlyConfigured(
+            f"ALLOT_ADMISSION_ACCELERATORS: {_pair!r} is not resource=flavor (e.g. amd.com/gpu=mi300x)"
+        )
+# Controllers whose objects with a controller ownerReference are judged as part of their owner.
+ALLOT_ADMISSION_CONTROLLERS = env_list("ALLOT_ADMISSION_CONTROLLERS", sorted(DEFAULT_CONTROLLERS))
 if ALLOT_ADMISSION_AUTH not in ("token", "client-cert", "none"):
     raise ImproperlyConfigured("ALLOT_ADMISSION_AUTH must be token, client-cert or none")
 if env_bool("ALLOT_WEBHOOK_ONLY", False):

@@ -21,7 +21,25 @@ LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 LABEL_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 ANNOTATION_CHECKPOINT = "allot.dev/checkpoint-every"
+"""Accepted as an annotation or a label (the annotation wins when both are set)."""
 ANNOTATION_GPU_MEMORY = "allot.dev/gpu-memory-gb"
+GOVERNANCE_LABELS = (LABEL_OWNER, LABEL_PROJECT, LABEL_TIER, LABEL_CONTRACT)
+"""Copied by the mutating webhook into every pod template, so the pods a controller creates carry them."""
+DEFAULT_ACCELERATORS: Mapping[str, str | None] = {"nvidia.com/gpu": None}
+"""Extended resources counted as devices, and the flavor each belongs to (None: whichever flavor the
+pod lands on)."""
+DEFAULT_CONTROLLERS = frozenset(
+    {
+        "system:kube-controller-manager",
+        "system:serviceaccount:kube-system:job-controller",
+        "system:serviceaccount:kueue-system:kueue-controller-manager",
+        "system:serviceaccount:jobset-system:jobset-controller-manager",
+        "system:serviceaccount:kubeflow:training-operator",
+        "system:serviceaccount:ray-system:kuberay-operator",
+    }
+)
+"""Identities whose objects, when they carry a controller ownerReference, are judged as part of the
+workload that owns them: Kueue's Workloads for a job, the Job controller's pods, a JobSet's Jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +83,13 @@ class AdmissionPolicy:
     namespaces: Mapping[str, NamespaceRule]
     flavors: tuple[FlavorRule, ...] = ()
     exempt_namespaces: frozenset[str] = field(default_factory=frozenset)
+    accelerators: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ACCELERATORS))
+    controllers: frozenset[str] = DEFAULT_CONTROLLERS
+
+    @property
+    def flavor_label_keys(self) -> frozenset[str]:
+        """Node-label keys that name a flavor: a pod pinning one of these is pinned to a flavor."""
+        return frozenset(k for f in self.flavors for k in f.node_labels)
 
 
 def compile_policy(

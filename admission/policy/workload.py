@@ -1,7 +1,10 @@
-"""What a workload asks for: its pod templates, how many pods each, where they may land.
+"""What a workload asks for: its pod templates, how many pods each may run at once, where they may land.
 
 Kinds: core/v1 Pod, batch/v1 Job, JobSet, Kubeflow PyTorchJob, RayJob and Kueue Workload. Each pod
-set carries the JSON pointer of its pod spec, so the mutating webhook can patch it.
+set carries the JSON pointer of its pod template, so the mutating webhook can patch it. Counts are
+the most the workload may ever hold at once: a Job runs min(parallelism, completions) pods, a Ray
+worker group replicas × numOfHosts (up to maxReplicas when it autoscales), an elastic PyTorchJob up
+to ``elasticPolicy.maxReplicas`` workers.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ KINDS = {
     ("ray.io", "RayJob"),
     ("kueue.x-k8s.io", "Workload"),
 }
+ACCELERATOR_PREFIXES = (
+    "nvidia.com/",
+    "amd.com/",
+    "gpu.intel.com/",
+    "habana.ai/",
+    "aws.amazon.com/neuron",
+    "google.com/tpu",
+)
+"""Extended resources that are accelerators: counted when mapped to a flavor, refused otherwise."""
 
 
 class WorkloadError(ValueError):
@@ -36,38 +48,99 @@ class PodSet:
     """JSON pointer of the pod spec inside the object, e.g. ``/spec/template/spec``."""
 
     @property
+    def template_pointer(self) -> str:
+        """JSON pointer of the pod template (its ``metadata`` sits beside ``spec``); the object itself
+        for a Pod."""
+        return self.pointer.removesuffix("/spec") if self.pointer != "/spec" else ""
+
+    def devices_per_pod(self, resources: Mapping[str, str | None]) -> dict[str | None, int]:
+        """Devices one pod holds at its peak, per flavor (None: any flavor), under Kubernetes'
+        effective-request rule: the larger of the app containers plus sidecars (init containers with
+        ``restartPolicy: Always``) and, for each plain init container, itself plus the sidecars
+        started before it. ``resources`` maps counted resource names to their flavor."""
+        peak: dict[str | None, int] = {}
+        for name, flavor in resources.items():
+            sidecars, init_peak = 0, 0
+            for container in self.spec.get("initContainers") or []:
+                amount = _amount(container, name)
+                if container.get("restartPolicy") == "Always":
+                    sidecars += amount
+                else:
+                    init_peak = max(init_peak, amount + sidecars)
+            apps = sum(_amount(c, name) for c in self.spec.get("containers") or [])
+            total = max(init_peak, apps + sidecars)
+            if total:
+                peak[flavor] = peak.get(flavor, 0) + total
+        return peak
+
+    @property
     def gpus_per_pod(self) -> int:
-        """Effective GPU request of one pod: max(Σ containers, largest init container); a limit
-        counts when it exceeds the request (for extended resources they must be equal)."""
+        """``nvidia.com/gpu`` per pod at its peak (the effective-request rule above)."""
+        return self.devices_per_pod({GPU: None}).get(None, 0)
 
-        def of(container: Mapping[str, Any]) -> int:
-            resources = container.get("resources") or {}
-            values = [(resources.get(part) or {}).get(GPU) for part in ("requests", "limits")]
-            try:
-                return max((parse_quantity(Resource.GPU, v) for v in values if v is not None), default=0)
-            except QuantityError as exc:
-                raise WorkloadError(f"container {container.get('name', '?')}: {GPU} {exc.message}") from exc
+    def ungoverned(self, resources: Mapping[str, str | None]) -> list[str]:
+        """Accelerator resources and DRA claims this pod asks for that Allot does not count."""
+        found: set[str] = set()
+        for container in [*(self.spec.get("initContainers") or []), *(self.spec.get("containers") or [])]:
+            requested = container.get("resources") or {}
+            for part in ("requests", "limits"):
+                for name in requested.get(part) or {}:
+                    if name not in resources and str(name).startswith(ACCELERATOR_PREFIXES):
+                        found.add(str(name))
+            if requested.get("claims"):
+                found.add("resource claims (DRA)")
+        if self.spec.get("resourceClaims"):
+            found.add("resource claims (DRA)")
+        return sorted(found)
 
-        main = sum(of(c) for c in self.spec.get("containers") or [])
-        init = max((of(c) for c in self.spec.get("initContainers") or []), default=0)
-        return max(main, init)
+
+def _amount(container: Mapping[str, Any], name: str) -> int:
+    """A container's request of one extended resource; a limit counts when larger (for extended
+    resources Kubernetes requires them equal)."""
+    resources = container.get("resources") or {}
+    values = [(resources.get(part) or {}).get(name) for part in ("requests", "limits")]
+    try:
+        return max((parse_quantity(Resource.GPU, v) for v in values if v is not None), default=0)
+    except QuantityError as exc:
+        raise WorkloadError(f"container {container.get('name', '?')}: {name} {exc.message}") from exc
 
 
 def pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> list[PodSet]:
-    """The pod sets of a workload. Raises WorkloadError when the shape is wrong."""
+    """The pod sets of a workload. Raises WorkloadError naming the missing or malformed field."""
     try:
         found = list(_pod_sets(group, kind, obj))
-    except (KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise WorkloadError(f"{kind} is malformed: {exc!r} is missing or of the wrong type") from exc
+    except (TypeError, AttributeError, IndexError) as exc:
+        raise WorkloadError(f"{kind} is malformed ({exc}): check it against the {kind} schema") from exc
     for podset in found:
         containers = podset.spec.get("containers") if isinstance(podset.spec, Mapping) else None
         if (
             not isinstance(containers, list)
             or not all(isinstance(c, Mapping) for c in containers)
+            or not isinstance(podset.spec.get("initContainers") or [], list)
             or not all(isinstance(c, Mapping) for c in podset.spec.get("initContainers") or [])
         ):
             raise WorkloadError(f"{kind} {podset.name}: the pod spec needs a list of containers")
     return found
+
+
+def _at(obj: Any, kind: str, path: str, within: str = "") -> Any:
+    """The value at a dotted path (below ``within``, the path of ``obj`` itself), or a WorkloadError
+    that names the full path."""
+    value = obj
+    walked = [within] if within else []
+    for part in path.split("."):
+        walked.append(part)
+        if not isinstance(value, Mapping) or value.get(part) is None:
+            raise WorkloadError(f"{kind}: {'.'.join(walked)} is missing or not an object")
+        value = value[part]
+    return value
+
+
+def _list(obj: Mapping[str, Any], kind: str, path: str) -> list[Any]:
+    value = _at(obj, kind, path)
+    if not isinstance(value, list):
+        raise WorkloadError(f"{kind}: {path} must be a list")
+    return value
 
 
 def _count(value: Any, default: int = 1) -> int:
@@ -78,51 +151,80 @@ def _count(value: Any, default: int = 1) -> int:
     return value
 
 
+def _job_pods(job_spec: Mapping[str, Any]) -> int:
+    """Pods a Job runs at once: min(parallelism, completions); parallelism defaults to 1 and
+    completions, when unset, does not bound it."""
+    parallelism = _count(job_spec.get("parallelism"))
+    completions = job_spec.get("completions")
+    return parallelism if completions is None else min(parallelism, _count(completions))
+
+
+def _ray_workers(group_spec: Mapping[str, Any], autoscaling: bool) -> int:
+    """Worker pods of a Ray group at its largest: replicas (or minReplicas, when above), up to
+    maxReplicas when the cluster autoscales, times numOfHosts (multi-host workers)."""
+    replicas = max(_count(group_spec.get("replicas")), _count(group_spec.get("minReplicas"), 0))
+    if autoscaling:
+        replicas = max(replicas, _count(group_spec.get("maxReplicas"), 0))
+    return replicas * _count(group_spec.get("numOfHosts"))
+
+
 def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]:
-    spec = obj["spec"]
     if kind == "Pod":
-        yield PodSet("pod", 1, spec, "/spec")
+        yield PodSet("pod", 1, _at(obj, kind, "spec"), "/spec")
     elif kind == "Job":
-        yield PodSet("job", _count(spec.get("parallelism")), spec["template"]["spec"], "/spec/template/spec")
+        spec = _at(obj, kind, "spec")
+        yield PodSet("job", _job_pods(spec), _at(spec, kind, "template.spec", "spec"), "/spec/template/spec")
     elif kind == "JobSet":
-        for i, rj in enumerate(spec["replicatedJobs"]):
-            job = rj["template"]["spec"]
+        for i, rj in enumerate(_list(obj, kind, "spec.replicatedJobs")):
+            job = _at(rj, kind, "template.spec", f"spec.replicatedJobs[{i}]")
             yield PodSet(
                 rj.get("name", str(i)),
-                _count(rj.get("replicas")) * _count(job.get("parallelism")),
-                job["template"]["spec"],
+                _count(rj.get("replicas")) * _job_pods(job),
+                _at(job, kind, "template.spec", f"spec.replicatedJobs[{i}].template.spec"),
                 f"/spec/replicatedJobs/{i}/template/spec/template/spec",
             )
     elif kind == "PyTorchJob":
-        for role, rs in sorted(spec["pytorchReplicaSpecs"].items()):
-            yield PodSet(
-                role,
-                _count(rs.get("replicas")),
-                rs["template"]["spec"],
-                f"/spec/pytorchReplicaSpecs/{role}/template/spec",
-            )
+        spec = _at(obj, kind, "spec")
+        elastic_max = (spec.get("elasticPolicy") or {}).get("maxReplicas")
+        for role, rs in sorted(_at(spec, kind, "pytorchReplicaSpecs", "spec").items()):
+            count = _count(rs.get("replicas"))
+            if role == "Worker" and elastic_max is not None:
+                count = max(count, _count(elastic_max))
+            template = _at(rs, kind, "template.spec", f"spec.pytorchReplicaSpecs.{role}")
+            yield PodSet(role, count, template, f"/spec/pytorchReplicaSpecs/{role}/template/spec")
     elif kind == "RayJob":
-        cluster = spec["rayClusterSpec"]
-        yield PodSet(
-            "head", 1, cluster["headGroupSpec"]["template"]["spec"], "/spec/rayClusterSpec/headGroupSpec/template/spec"
-        )
-        for i, group_spec in enumerate(cluster.get("workerGroupSpecs") or []):
-            yield PodSet(
-                group_spec.get("groupName", str(i)),
-                _count(group_spec.get("replicas")),
-                group_spec["template"]["spec"],
-                f"/spec/rayClusterSpec/workerGroupSpecs/{i}/template/spec",
-            )
+        yield from _ray_pod_sets(obj)
     elif kind == "Workload":
-        for i, ps in enumerate(spec["podSets"]):
-            yield PodSet(
-                ps.get("name", str(i)),
-                _count(ps.get("count")),
-                ps["template"]["spec"],
-                f"/spec/podSets/{i}/template/spec",
-            )
+        for i, ps in enumerate(_list(obj, kind, "spec.podSets")):
+            template = _at(ps, kind, "template.spec", f"spec.podSets[{i}]")
+            yield PodSet(ps.get("name", str(i)), _count(ps.get("count")), template, _ps(i))
     else:
         raise WorkloadError(f"{group or 'core'}/{kind} is not a workload kind Allot checks")
+
+
+def _ps(i: int) -> str:
+    return f"/spec/podSets/{i}/template/spec"
+
+
+def _ray_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
+    spec = _at(obj, "RayJob", "spec")
+    if spec.get("rayClusterSpec") is None:
+        if spec.get("clusterSelector"):
+            return  # runs on an existing RayCluster: the job itself holds no devices
+        raise WorkloadError(
+            "RayJob: spec.rayClusterSpec is missing (or set spec.clusterSelector to use a running cluster)"
+        )
+    cluster = _at(spec, "RayJob", "rayClusterSpec", "spec")
+    autoscaling = bool(cluster.get("enableInTreeAutoscaling"))
+    head = _at(cluster, "RayJob", "headGroupSpec.template.spec", "spec.rayClusterSpec")
+    yield PodSet("head", 1, head, "/spec/rayClusterSpec/headGroupSpec/template/spec")
+    for i, group_spec in enumerate(cluster.get("workerGroupSpecs") or []):
+        yield PodSet(
+            group_spec.get("groupName", str(i)),
+            _ray_workers(group_spec, autoscaling),
+            _at(group_spec, "RayJob", "template.spec", f"spec.rayClusterSpec.workerGroupSpecs[{i}]"),
+            f"/spec/rayClusterSpec/workerGroupSpecs/{i}/template/spec",
+        )
 
 
 def selected_labels(spec: Mapping[str, Any]) -> dict[str, set[str]]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "admission-webhooks.yaml"
+MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "webhook.yaml"
 
 
 def load():
@@ -32,6 +32,19 @@ def test_failure_policies_timeouts_and_exemptions():
 def test_the_webhook_runs_highly_available_with_tls():
     docs = load()
     assert docs["Deployment"]["spec"]["replicas"] >= 3 and docs["PodDisruptionBudget"]["spec"]["minAvailable"] >= 2
-    env = {e["name"]: e.get("value") for e in docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["ALLOT_WEBHOOK_ONLY"] == "true" and env["GUNICORN_CERTFILE"]
+    containers = {c["name"]: c for c in docs["Deployment"]["spec"]["template"]["spec"]["containers"]}
+    env = {e["name"]: e.get("value") for e in containers["webhook"]["env"]}
+    assert env["ALLOT_WEBHOOK_ONLY"] == "true" and env["GUNICORN_BIND"].startswith("127.0.0.1:")  # behind the front
+    front = {e["name"]: e.get("value") for e in containers["front"]["env"]}
+    assert front["ALLOT_NGINX_LISTEN"] == "8443 ssl" and front["ALLOT_NGINX_UPSTREAM"] == env["GUNICORN_BIND"]
     assert "allot-webhook.allot-system.svc" in docs["Certificate"]["spec"]["dnsNames"]
+    container = containers["webhook"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/admission/readyz"  # ready = policy loaded
+    assert container["livenessProbe"]["httpGet"]["path"] == "/admission/healthz"
+
+
+def test_gunicorn_reuses_connections_and_isolates_slow_clients():
+    import runpy
+
+    conf = runpy.run_path(str(MANIFESTS.parents[2] / "gunicorn.conf.py"))
+    assert conf["worker_class"] == "gthread" and conf["threads"] >= 4 and conf["keepalive"] >= 60

@@ -227,6 +227,11 @@ def test_mutate_sets_runtime_and_grace_and_the_result_validates():
     obj = job(
         labels=labels, annotations={"allot.dev/checkpoint-every": "15m"}, pod={"terminationGracePeriodSeconds": 900}
     )
+    # mutate adds, never replaces (a replace is refused on a Pod UPDATE and on a Job's template):
+    # a grace period above the contract's is refused with the number to set instead
+    refused = decide(policy(), request(copy.deepcopy(obj)), mutate=True)
+    assert refused.reason is Reason.GRACE_TOO_LONG and "set it to at most 60" in refused.message
+    del obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     patched = apply(decide(policy(), request(copy.deepcopy(obj)), mutate=True), obj)
     assert patched["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
     assert decide(policy(), request(patched)).allowed
