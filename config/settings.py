@@ -51,6 +51,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files served by the app itself (collectstatic)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -105,6 +106,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # --- REST API -------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -145,8 +150,21 @@ CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 # Without a broker, tasks run in-process at enqueue time (the embedded demo default).
 CELERY_TASK_ALWAYS_EAGER = env_bool("ALLOT_CELERY_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
+# A task is acknowledged when it finishes, and requeued when its worker dies mid-task (OOM kill, node
+# loss): every task is idempotent (a sync or an ingest run twice writes the result once), so
+# redelivery never doubles work. The hard time limit stays below the broker's visibility timeout,
+# so a slow task is never handed to a second worker while the first still runs.
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("ALLOT_CELERY_SOFT_TIME_LIMIT", 600)
+CELERY_TASK_TIME_LIMIT = env_int("ALLOT_CELERY_TIME_LIMIT", 900)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("ALLOT_CELERY_VISIBILITY_TIMEOUT", 3600)}
+if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "ALLOT_CELERY_TIME_LIMIT must be below ALLOT_CELERY_VISIBILITY_TIMEOUT, or a slow task would run twice"
+    )
+ALLOT_BEAT_LOCK_SECONDS = env_int("ALLOT_BEAT_LOCK_SECONDS", 60)
 CELERY_TIMEZONE = "UTC"
 
 # --- policy (ALLOT_POLICY_*) ----------------------------------------------------------------

@@ -1,9 +1,17 @@
 from django.conf import settings
 from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness of the web process (no database call: a database outage is not a reason to restart)."""
+    return JsonResponse({"ok": True})
+
+
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("", include("quotas.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

@@ -101,3 +101,8 @@ class SyncRunAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "cluster", "mode", "status", "message"]
     list_filter = ["cluster", "mode", "status"]
     inlines = [SyncObjectInline]
+
+
+@admin.register(models.BeatRun)
+class BeatRunAdmin(ReadOnlyAdmin):
+    list_display = ("name", "task", "last_run_at", "run_count")

@@ -442,3 +442,16 @@ class QueueUsage(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "queue", "flavor", "resource"], name="queue_usage_unique")
         ]
+
+
+class BeatRun(models.Model):
+    """When Celery beat last sent one of its periodic entries (config/celery.py), for the portal.
+    Operational telemetry, written by beat itself; not policy state, so not audited."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="The entry's name in app.conf.beat_schedule.")
+    task = models.CharField(max_length=200)
+    last_run_at = models.DateTimeField()
+    run_count = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.last_run_at:%Y-%m-%d %H:%M}"

@@ -5,6 +5,7 @@ snapshots for the policy core, built with a handful of ``values()`` queries (no 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -261,3 +262,35 @@ def clusters_overview() -> list[dict[str, Any]]:
         }
         for c in clusters
     ]
+
+
+def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every periodic entry of beat (config/celery.py) with its interval, when beat last sent it and
+    when it is due next (one query). An entry beat never sent is due "at beat's next start"."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from config.celery import app
+    from quotas.models import BeatRun
+
+    now = now or timezone.now()
+    runs = {r.name: r for r in BeatRun.objects.all()}
+    rows = []
+    for name, entry in sorted(app.conf.beat_schedule.items()):
+        every = entry["schedule"]
+        seconds = every.total_seconds() if isinstance(every, timedelta) else float(every)
+        last = runs.get(name)
+        due = last.last_run_at + timedelta(seconds=seconds) if last else None
+        rows.append(
+            {
+                "name": name,
+                "task": entry["task"],
+                "args": ", ".join(map(str, entry.get("args", ()))),
+                "every_s": int(seconds),
+                "last": last,
+                "next": due,
+                "overdue": due is not None and due < now - timedelta(seconds=max(60.0, seconds / 2)),
+            }
+        )
+    return rows

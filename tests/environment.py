@@ -4,3 +4,5 @@ import os
 
 os.environ.setdefault("ALLOT_SECRET_KEY", "tests-only-not-a-secret")
 os.environ.setdefault("ALLOT_VAR_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test"))
+# WhiteNoise serves STATIC_ROOT (filled by collectstatic in the image); the tests need it to exist.
+os.makedirs(os.path.join(os.environ["ALLOT_VAR_DIR"], "static"), exist_ok=True)

@@ -24,7 +24,11 @@ SHOWN = 500
 
 @login_required
 def clusters(request: HttpRequest) -> HttpResponse:
-    return render(request, "quotas/clusters.html", {"rows": selectors.clusters_overview()})
+    return render(
+        request,
+        "quotas/clusters.html",
+        {"rows": selectors.clusters_overview(), "schedule": selectors.beat_schedule_overview()},
+    )
 
 
 @login_required

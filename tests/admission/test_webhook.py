@@ -3,6 +3,7 @@
 import base64
 import copy
 import json
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -67,7 +68,7 @@ def review(
 def workload(kind, labels=None):
     labels_or_default = dict(LABELS if labels is None else labels)
     meta = {"name": "w", "namespace": "nlp", "labels": labels_or_default}
-    spec = {
+    specs: dict[str, dict[str, Any]] = {
         "Pod": POD,
         "Job": {"parallelism": 2, "template": TEMPLATE},
         "JobSet": {
@@ -87,18 +88,17 @@ def workload(kind, labels=None):
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": TEMPLATE}],
             }
         },
-        "Workload": {
-            "queueName": labels_or_default.get("kueue.x-k8s.io/queue-name"),
-            "priorityClassRef": {
-                "group": "kueue.x-k8s.io",
-                "kind": "WorkloadPriorityClass",
-                "name": labels_or_default.get("kueue.x-k8s.io/priority-class"),
-            },
-            "podSets": [{"name": "main", "count": 4, "template": TEMPLATE}],
-        },
-    }[kind]
+        "Workload": {"podSets": [{"name": "main", "count": 4, "template": TEMPLATE}]},
+    }
+    spec = specs[kind]
     if kind == "Workload":  # Kueue reads a Workload's queue and priority class from its spec
-        spec = {k: v for k, v in spec.items() if v is not None and v != {**spec["priorityClassRef"], "name": None}}
+        queue, cls = (
+            labels_or_default.get("kueue.x-k8s.io/queue-name"),
+            labels_or_default.get("kueue.x-k8s.io/priority-class"),
+        )
+        spec = {**spec, **({"queueName": queue} if queue else {})}
+        if cls:
+            spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": cls}
     return {"metadata": meta, "spec": copy.deepcopy(spec)}
 
 
