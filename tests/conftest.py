@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "redis": bool(os.environ.get("REDIS_URL")),
         "browser": Path(os.environ.get("ALLOT_CHROMIUM", "/usr/bin/chromium")).exists(),
         "slurm": _slurm_answers(),
+        "kubectl": shutil.which("kubectl") is not None,
     }
     how = {
         "postgres": "set DATABASE_URL",
         "redis": "set REDIS_URL",
         "browser": "apt-get install chromium",
         "slurm": "start it with deploy/slurm/local-slurm.sh",
+        "kubectl": "install kubectl (it renders deploy/kubernetes with kubectl kustomize)",
     }
     for item in items:
         for marker, present in have.items():

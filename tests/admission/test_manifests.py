@@ -34,7 +34,8 @@ def test_the_webhook_runs_highly_available_with_tls():
     assert docs["Deployment"]["spec"]["replicas"] >= 3 and docs["PodDisruptionBudget"]["spec"]["minAvailable"] >= 2
     containers = {c["name"]: c for c in docs["Deployment"]["spec"]["template"]["spec"]["containers"]}
     env = {e["name"]: e.get("value") for e in containers["webhook"]["env"]}
-    assert env["ALLOT_WEBHOOK_ONLY"] == "true" and env["GUNICORN_BIND"].startswith("127.0.0.1:")  # behind the front
+    assert containers["webhook"]["args"] == ["webhook"]  # the entrypoint's role: ALLOT_WEBHOOK_ONLY=true
+    assert env["GUNICORN_BIND"].startswith("127.0.0.1:") and env["GUNICORN_WORKER_CLASS"] == "sync"  # behind the front
     front = {e["name"]: e.get("value") for e in containers["front"]["env"]}
     assert front["ALLOT_NGINX_LISTEN"] == "8443 ssl" and front["ALLOT_NGINX_UPSTREAM"] == env["GUNICORN_BIND"]
     assert "allot-webhook.allot-system.svc" in docs["Certificate"]["spec"]["dnsNames"]
