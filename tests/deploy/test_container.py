@@ -111,3 +111,33 @@ def test_the_healthcheck_follows_the_role_the_container_runs(tmp_path):
     assert done.returncode == 0 and "celery -A config inspect ping" in done.stdout
     role_file.write_text("webhook\n")
     assert "/admission/healthz" in entrypoint("healthcheck", ALLOT_ROLE_FILE=str(role_file)).stdout
+
+
+def test_dev_refuses_an_old_python_before_creating_anything(tmp_path):
+    """./dev checks the Python version first and says what to install (it used to create a venv
+    pip then refused, and reuse that broken venv on every later run)."""
+    shutil.copy(REPO / "dev", tmp_path / "dev")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    old = tmp_path / "python3.10"
+    old.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Python 3.10.12"; exit 0; fi\nexit 1\n')
+    old.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(tmp_path / "dev"), "test"],
+        env={**os.environ, "PYTHON": str(old)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "is not Python 3.11 or newer" in done.stderr
+    assert not (tmp_path / ".venv").exists()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(old)  # a venv made by an old Python
+    done = subprocess.run(
+        ["bash", str(tmp_path / "dev"), "test"],
+        env={**os.environ, "PYTHON": str(old)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "broken or older than Python 3.11: creating it again" in done.stdout
+    assert done.returncode == 2 and not (tmp_path / ".venv").exists()  # removed, not reused

@@ -373,3 +373,21 @@ def test_a_review_without_operation_kind_or_object_is_malformed_not_allowed():
     assert no_kind.reason is Reason.MALFORMED and "request.kind" in no_kind.message
     no_object = decide(policy(), {"uid": "x", "operation": "CREATE", "kind": {"group": "", "kind": "Pod"}})
     assert no_object.reason is Reason.MALFORMED and "request.object" in no_object.message
+
+
+def test_unsuspending_a_job_after_its_contracts_grace_period_shrank_is_not_blocked():
+    """Seen through a real API server: the contract's grace period changed after the job was created;
+    unsuspending it must neither be refused nor patched (its template is immutable)."""
+    labels = {**LABELS, "allot.dev/tier": "P3", "kueue.x-k8s.io/priority-class": "allot-p3"}
+    created = job(
+        labels=labels,
+        annotations={"allot.dev/checkpoint-every": "10m"},
+        pod={"terminationGracePeriodSeconds": 90},  # the contract's grace was 90 s then; it is 60 s now
+        suspend=True,
+    )
+    assert decide(policy(), request(created)).reason is Reason.GRACE_TOO_LONG  # a new job would be refused
+    resumed = copy.deepcopy(created)
+    resumed["spec"]["suspend"] = False
+    for mutate in (False, True):
+        decision = decide(policy(), update(created, resumed), mutate=mutate)
+        assert decision.allowed and decision.reason is Reason.UNCHANGED and decision.patch == ()
