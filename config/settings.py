@@ -180,6 +180,12 @@ ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(BUNDLED_KUEUE
 # --- Slurm (ALLOT_SLURM_*) --------------------------------------------------------------------
 # ALLOT_SLURM_DRIFT_CHECK_SECONDS (default 900) sets the Slurm drift-check interval in config/celery.py.
 
+# --- usage accounting (ALLOT_USAGE_*) -----------------------------------------------------------
+ALLOT_USAGE_SLURM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_SLURM_OVERLAP_SECONDS", 3600)  # re-read, for late records
+ALLOT_USAGE_SLURM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_SLURM_LOOKBACK_SECONDS", 86400)  # a cluster's first ingest
+ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC")  # the zone sacct prints its times in
+# ALLOT_USAGE_SLURM_SECONDS (default 300) sets how often beat ingests sacct, in config/celery.py.
+
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
 ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]

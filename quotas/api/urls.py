@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from accounting.api import SourceRunViewSet, WorkloadRecordViewSet, usage
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -17,9 +18,12 @@ router.register("audit", views.AuditViewSet)
 router.register("sync-runs", views.SyncRunViewSet)
 router.register("change-requests", views.ChangeRequestViewSet)
 router.register("admission-decisions", AdmissionDecisionViewSet)
+router.register("workload-records", WorkloadRecordViewSet)
+router.register("usage-sources", SourceRunViewSet)
 
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),
     path("preview/", views.preview_view, name="preview"),
+    path("usage/", usage, name="usage"),
     path("", include(router.urls)),
 ]

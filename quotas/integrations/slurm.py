@@ -1,12 +1,13 @@
-"""The only code that runs ``sacctmgr``: four reads, then ``sacctmgr -i`` writes, each with its exit
-code and output kept. A Slurm cluster's ``connection_ref`` is ``slurm:<cluster name in slurmdbd>``."""
+"""The only code that runs Slurm's commands: ``sacctmgr`` (four reads, then ``sacctmgr -i`` writes, each
+with its exit code and output kept) and ``sacct`` (usage, streamed). A Slurm cluster's
+``connection_ref`` is ``slurm:<cluster name in slurmdbd>``."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,3 +111,47 @@ class Sacctmgr:
             path = Path(work) / "allot-load.cfg"
             path.write_text(text)
             return self.run("-i", "load", f"file={path}")
+
+
+class Sacct:
+    """``sacct`` over a time window, its output streamed line by line (a month of a large site is
+    millions of lines): ``--parsable2 --noheader --allocations --duplicates`` for every user."""
+
+    def __init__(self, binary: str = "sacct", timeout: int = 600, env: Mapping[str, str] | None = None) -> None:
+        self.binary, self.timeout = binary, timeout
+        self.env = {**os.environ, **env} if env else None
+
+    def argv(self, cluster: str, start: str, end: str, fields: str) -> list[str]:
+        return [
+            self.binary,
+            "--parsable2",
+            "--noheader",
+            "--allocations",
+            "--duplicates",
+            "--allusers",
+            f"--clusters={cluster}",
+            f"--starttime={start}",
+            f"--endtime={end}",
+            f"--format={fields}",
+        ]
+
+    def lines(self, cluster: str, start: str, end: str, fields: str) -> Iterator[str]:
+        """Output lines as sacct prints them. Raises SlurmError, with sacct's own words, when it fails."""
+        argv = self.argv(cluster, start, end, fields)
+        try:
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, bufsize=1 << 16
+            )
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{self.binary} is not installed here: install Slurm's client (slurm-client)") from exc
+        assert proc.stdout is not None and proc.stderr is not None
+        yield from proc.stdout
+        try:
+            returncode = proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            raise SlurmError(f"sacct did not finish within {self.timeout} s") from exc
+        if returncode != 0:
+            error = proc.stderr.read().strip()
+            hint = "is slurmdbd running, and does slurm.conf point at it? " if "connect" in error.lower() else ""
+            raise SlurmError(f"sacct failed (rc={returncode}): {hint}{error}")

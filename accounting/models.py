@@ -1,0 +1,163 @@
+"""Usage accounting: what ran, for whom, on which flavor, for how long, and hourly rollups.
+
+Sizing (a 10,000-GPU fleet): about 1,000 units × 4 flavors × 744 hours ≈ 3 million ``UsageHour`` rows a
+month, and ``Allocation`` rows in the tens of millions a year. Chosen: plain tables with a unique
+(unit, flavor, hour) index — every rollup is an upsert on it — and an index on each time column for
+the window scans (the same schema runs on the embedded SQLite demo; on PostgreSQL a BRIN index would
+be smaller, rows arriving in time order). Not chosen yet: declarative partitioning by month. It
+pays off when old months are dropped or archived as a whole (detach a partition instead of a
+DELETE); Django cannot declare partitioned tables, so it will come as its own migration together
+with a retention setting.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from accounting.policy.sacct import EndState
+from quotas.models import Cluster, OrgUnit, ResourceFlavor
+
+
+class SourceKind(models.TextChoices):
+    SLURM = "slurm", "Slurm (sacct)"
+    KUEUE = "kueue", "Kueue Workloads"
+    DCGM = "dcgm", "DCGM via Prometheus"
+    REPLAY = "replay", "Replay file"
+
+
+class SourceStatus(models.TextChoices):
+    RUNNING = "running"
+    OK = "ok"
+    PARTIAL = "partial", "ok, with problems"
+    FAILED = "failed"
+
+
+class SourceRun(models.Model):
+    """One ingest run of one source: its window, the watermark it reached, what it counted (records,
+    unresolved units, bad lines, gaps) and the exact errors. A failed run leaves earlier data alone;
+    the next run starts from the last successful watermark."""
+
+    source = models.CharField(max_length=16, choices=SourceKind.choices)
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.CASCADE, related_name="source_runs")
+    name = models.CharField(max_length=200, blank=True, help_text="e.g. the replay file")
+    status = models.CharField(max_length=16, choices=SourceStatus.choices, default=SourceStatus.RUNNING)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    watermark = models.DateTimeField(null=True, blank=True, help_text="Everything before it is ingested.")
+    counts = models.JSONField(default=dict, blank=True)
+    problems = models.JSONField(default=list, blank=True, help_text="The first problems: line, text, error.")
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["source", "cluster", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.cluster_id or self.name} {self.status}"
+
+
+class WorkloadRecord(models.Model):
+    """One admitted workload or Slurm job, kept exactly once per (cluster, scheduler id): a later or
+    corrected record replaces the earlier one. Its unit is resolved through namespace bindings or
+    the Slurm account; one that maps to no unit is kept (unit empty) and counted."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workload_records")
+    scheduler_id = models.CharField(max_length=64, help_text="Kueue Workload UID or Slurm JobID.")
+    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT, related_name="workloads")
+    account = models.CharField(max_length=253, blank=True, help_text="The Slurm account or namespace it ran in.")
+    owner = models.CharField(max_length=150, blank=True)
+    project = models.CharField(max_length=200, blank=True)
+    tier = models.CharField(max_length=64, blank=True, help_text="Tier, or the Slurm QOS it ran under.")
+    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT)
+    flavor_name = models.CharField(max_length=63, blank=True, help_text="As the scheduler said it.")
+    devices = models.PositiveIntegerField(default=0)
+    resources = models.JSONField(default=dict, blank=True)
+    borrowed = models.PositiveIntegerField(default=0, help_text="Devices above its guarantee at admission.")
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=[(s.value, s.value) for s in EndState])
+    exit_code = models.CharField(max_length=32, blank=True)
+    evictions = models.JSONField(default=list, blank=True, help_text="Each eviction: reason and time.")
+    held_seconds = models.BigIntegerField(default=0)
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "scheduler_id"], name="workload_once_per_cluster"),
+        ]
+        indexes = [
+            models.Index(fields=["unit", "flavor"]),
+            models.Index(fields=["submitted_at"], name="workload_submitted_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.scheduler_id}"
+
+
+class Allocation(models.Model):
+    """One run of a workload holding devices: [start, end), end empty while it runs. A requeued job has
+    one per run, so the time it waited between runs is not counted as held."""
+
+    record = models.ForeignKey(WorkloadRecord, on_delete=models.CASCADE, related_name="allocations")
+    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT)
+    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT)
+    devices = models.PositiveIntegerField()
+    borrowed = models.PositiveIntegerField(default=0)
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__isnull=True) | Q(end__gte=models.F("start")), name="allocation_ends_after_start"
+            )
+        ]
+        indexes = [models.Index(fields=["start"], name="allocation_start_idx"), models.Index(fields=["unit", "flavor"])]
+
+
+class UsageSample(models.Model):
+    """A unit's state on a flavor at one minute (the replay source; telemetry sources later)."""
+
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT)
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT)
+    at = models.DateTimeField()
+    guarantee = models.PositiveIntegerField()
+    lendable = models.PositiveIntegerField(default=0)
+    held = models.PositiveIntegerField()
+    queued = models.PositiveIntegerField(default=0)
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["unit", "flavor", "at"], name="sample_once_per_minute")]
+        indexes = [models.Index(fields=["at"], name="sample_at_idx")]
+
+
+class UsageHour(models.Model):
+    """Hourly rollup per unit × flavor, in device-hours. ``minutes`` is how much of the hour had
+    telemetry: an hour with none is a gap, never an idle hour. Rebuilt idempotently for any window."""
+
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="usage_hours")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT)
+    hour = models.DateTimeField()
+    minutes = models.PositiveSmallIntegerField(help_text="Minutes of the hour with telemetry (0-60).")
+    guarantee = models.FloatField(default=0, help_text="Guarantee-hours.")
+    allocated = models.FloatField(default=0)
+    within = models.FloatField(default=0, help_text="Allocated inside the guarantee.")
+    borrowed = models.FloatField(default=0)
+    lent = models.FloatField(default=0, help_text="Of its idle guarantee, what others used.")
+    pending = models.FloatField(default=0, help_text="Queued demand.")
+    active = models.FloatField(null=True, blank=True, help_text="Measured activity; empty without telemetry.")
+    productive = models.FloatField(null=True, blank=True)
+    productive_estimated = models.BooleanField(default=False)
+    minutes_full = models.PositiveSmallIntegerField(default=0, help_text="Minutes held ≥ 90 % of the guarantee.")
+    minutes_queued = models.PositiveSmallIntegerField(default=0, help_text="Minutes with queued demand.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["unit", "flavor", "hour"], name="usage_hour_unique")]
+        indexes = [models.Index(fields=["hour"], name="usage_hour_idx")]

@@ -1,0 +1,231 @@
+"""Reading ``sacct --parsable2 --noheader --allocations --duplicates`` output: one job allocation per
+line, a requeued job once per run. Pure: text in, records and line problems out.
+
+Allot asks for the fields in ``FIELDS`` (``sacct -o`` takes them in that order). GPUs come from
+``AllocTRES`` (``gres/gpu:<type>=N`` when typed, else ``gres/gpu=N``: never both counted); a job that
+never started has none. Times are the controller's local time; the caller says which zone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from enum import StrEnum
+
+FIELDS = (
+    "JobIDRaw",
+    "Cluster",
+    "Account",
+    "User",
+    "QOS",
+    "Partition",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "AllocTRES",
+    "ExitCode",
+)
+SACCT_FORMAT = ",".join(FIELDS)
+GPU_TRES = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?=(?P<count>\d+)$")
+
+
+class EndState(StrEnum):
+    """How a workload ended (or where it is), the same words for Slurm and Kueue."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    EVICTED = "evicted"
+
+
+SLURM_STATES = {
+    "PENDING": EndState.PENDING,
+    "REQUEUED": EndState.REQUEUED,
+    "REQUEUE_FED": EndState.REQUEUED,
+    "REQUEUE_HOLD": EndState.REQUEUED,
+    "RUNNING": EndState.RUNNING,
+    "SUSPENDED": EndState.RUNNING,
+    "COMPLETING": EndState.RUNNING,
+    "COMPLETED": EndState.FINISHED,
+    "FAILED": EndState.FAILED,
+    "OUT_OF_MEMORY": EndState.FAILED,
+    "NODE_FAIL": EndState.FAILED,
+    "BOOT_FAIL": EndState.FAILED,
+    "DEADLINE": EndState.FAILED,
+    "CANCELLED": EndState.CANCELLED,
+    "TIMEOUT": EndState.TIMEOUT,
+    "PREEMPTED": EndState.PREEMPTED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """A line that could not be read: kept with its number and the reason, never silently dropped."""
+
+    line: int
+    text: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class SacctRun:
+    """One line: one run of one job (a requeued job has one per run)."""
+
+    job_id: str
+    cluster: str
+    account: str
+    user: str
+    qos: str
+    partition: str
+    state: EndState
+    raw_state: str
+    submit: datetime | None
+    start: datetime | None
+    end: datetime | None
+    gpus: Mapping[str | None, int]
+    exit_code: str
+
+
+@dataclass(frozen=True)
+class Eviction:
+    reason: str
+    at: datetime | None
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """Every run of one job folded into one workload: first submit, first start, last end, the final
+    state, each earlier run that was preempted or requeued as an eviction, the GPUs it held."""
+
+    job_id: str
+    cluster: str
+    account: str
+    user: str
+    qos: str
+    partition: str
+    state: EndState
+    submitted: datetime | None
+    started: datetime | None
+    ended: datetime | None
+    gpus: Mapping[str | None, int]
+    exit_code: str
+    evictions: tuple[Eviction, ...] = field(default_factory=tuple)
+    held_seconds: int = 0
+    """Seconds it held its GPUs, over all runs (a requeued run's time counts: it held them)."""
+    intervals: tuple[tuple[datetime, datetime | None], ...] = ()
+    """Each run that started: (start, end); end None while it runs."""
+
+
+def gpus_from_tres(tres: str) -> dict[str | None, int]:
+    """GPUs in a TRES string: ``{type: n}`` when typed counts are present, else ``{None: n}``."""
+    typed: dict[str | None, int] = {}
+    untyped = 0
+    for part in tres.split(","):
+        found = GPU_TRES.match(part.strip())
+        if found is None:
+            continue
+        if found["type"]:
+            typed[found["type"]] = typed.get(found["type"], 0) + int(found["count"])
+        else:
+            untyped += int(found["count"])
+    if typed:
+        return typed
+    return {None: untyped} if untyped else {}
+
+
+def _time(value: str, zone: tzinfo) -> datetime | None:
+    if value in ("", "Unknown", "None", "N/A"):
+        return None
+    return datetime.fromisoformat(value).replace(tzinfo=zone)
+
+
+def parse_sacct(
+    lines: Iterable[str], *, zone: tzinfo, fields: tuple[str, ...] = FIELDS
+) -> Iterator[SacctRun | LineProblem]:
+    """Each line as a run, or as a LineProblem saying what is wrong with it. Blank lines are skipped."""
+    index = {name: i for i, name in enumerate(fields)}
+    for number, raw in enumerate(lines, 1):
+        text = raw.rstrip("\n")
+        if not text.strip():
+            continue
+        parts = text.split("|")
+        if len(parts) != len(fields):
+            yield LineProblem(number, text[:500], f"{len(parts)} fields, expected {len(fields)} ({','.join(fields)})")
+            continue
+        get = {name: parts[i] for name, i in index.items()}
+        get.setdefault("JobIDRaw", get.get("JobID", ""))
+        for optional in ("Cluster", "Account", "User", "QOS", "Partition", "Submit", "AllocTRES", "ExitCode"):
+            get.setdefault(optional, "")
+        raw_state = get["State"].split(" ")[0]
+        state = SLURM_STATES.get(raw_state)
+        if state is None:
+            yield LineProblem(number, text[:500], f"unknown job state {get['State']!r}")
+            continue
+        try:
+            submit, start, end = (_time(get[k], zone) for k in ("Submit", "Start", "End"))
+        except ValueError as exc:
+            yield LineProblem(number, text[:500], f"a time is not ISO 8601: {exc}")
+            continue
+        if start and end and end < start:
+            yield LineProblem(number, text[:500], f"ends ({end:%Y-%m-%dT%H:%M:%S}) before it starts: clock skew?")
+            continue
+        yield SacctRun(
+            job_id=get["JobIDRaw"],
+            cluster=get["Cluster"],
+            account=get["Account"],
+            user=get["User"],
+            qos=get["QOS"],
+            partition=get["Partition"],
+            state=state,
+            raw_state=get["State"],
+            submit=submit,
+            start=start,
+            end=end,
+            gpus=gpus_from_tres(get["AllocTRES"]),
+            exit_code=get["ExitCode"],
+        )
+
+
+def fold_runs(runs: Iterable[SacctRun]) -> dict[tuple[str, str], SlurmJob]:
+    """Fold the runs of each (cluster, job id), in the order sacct lists them, into one SlurmJob."""
+    grouped: dict[tuple[str, str], list[SacctRun]] = {}
+    for run in runs:
+        grouped.setdefault((run.cluster, run.job_id), []).append(run)
+    return {key: _fold(parts) for key, parts in grouped.items()}
+
+
+def _fold(runs: list[SacctRun]) -> SlurmJob:
+    last = runs[-1]
+    evictions = tuple(
+        Eviction(r.raw_state, r.end) for r in runs[:-1] if r.state in (EndState.PREEMPTED, EndState.REQUEUED)
+    )
+    if last.state is EndState.PREEMPTED and len(runs) == 1:
+        evictions = (Eviction(last.raw_state, last.end),)
+    held = sum(int((r.end - r.start).total_seconds()) for r in runs if r.start and r.end)
+    gpus = next((r.gpus for r in runs if r.gpus), {})
+    starts = [r.start for r in runs if r.start]
+    return SlurmJob(
+        job_id=last.job_id,
+        cluster=last.cluster,
+        account=last.account,
+        user=last.user,
+        qos=last.qos,
+        partition=last.partition,
+        state=last.state,
+        submitted=runs[0].submit,
+        started=min(starts) if starts else None,
+        ended=last.end if last.state not in (EndState.PENDING, EndState.RUNNING) else None,
+        gpus=gpus,
+        exit_code=last.exit_code,
+        evictions=evictions,
+        held_seconds=held,
+        intervals=tuple((r.start, r.end) for r in runs if r.start),
+    )

@@ -1,0 +1,88 @@
+"""Reads for accounting: usage rolled up the way a request asks, in SQL."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMonth
+
+from accounting.models import UsageHour
+
+GROUPS = {
+    "unit": ("unit_path", F("unit__path")),
+    "flavor": ("flavor_key", F("flavor__name")),
+    "cluster": ("cluster", F("flavor__cluster__name")),
+    "day": ("period", TruncDay("hour")),
+    "month": ("period", TruncMonth("hour")),
+}
+MEASURES = ("guarantee", "allocated", "within", "borrowed", "lent", "pending", "active", "productive")
+
+
+def usage_hours(
+    *,
+    within: str = "",
+    flavor: str = "",
+    cluster: str = "",
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> QuerySet[UsageHour]:
+    rows = UsageHour.objects.all()
+    if within:
+        rows = rows.filter(Q(unit__path=within) | Q(unit__path__startswith=f"{within}/"))
+    if flavor:
+        rows = rows.filter(flavor__name=flavor.rsplit("/", 1)[-1])
+        if "/" in flavor:
+            rows = rows.filter(flavor__cluster__name=flavor.split("/", 1)[0])
+    if cluster:
+        rows = rows.filter(flavor__cluster__name=cluster)
+    if start:
+        rows = rows.filter(hour__gte=start)
+    if end:
+        rows = rows.filter(hour__lt=end)
+    return rows
+
+
+def usage_summary(
+    rows: QuerySet[UsageHour], group_by: list[str], *, start: datetime | None = None, end: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Device-hours per group (one SQL aggregate). Active and productive are null where no source
+    measured them, never zero. With a window, each group says how much of it had telemetry: its
+    unit-flavor pairs × the window's minutes (clipped to the day or month) is what was expected,
+    ``gap_minutes`` what was missing — a gap is never counted as idle."""
+    keys = {GROUPS[g][0]: GROUPS[g][1] for g in group_by}
+    totals = {f"{m}_h": Sum(m) for m in MEASURES}
+    found = (
+        rows.annotate(**keys)
+        .values(*keys)
+        .annotate(
+            **totals,
+            telemetry_minutes=Sum("minutes"),
+            pairs=Count(F("unit_id") * 1_000_003 + F("flavor_id"), distinct=True),
+            productive_estimated_hours=Count("id", filter=Q(productive_estimated=True)),
+        )
+    )
+    period = "day" if "day" in group_by else "month" if "month" in group_by else ""
+    out = []
+    for row in found.order_by(*keys) if keys else ([found.get()] if rows.exists() else []):
+        for measure in MEASURES:
+            value = row[f"{measure}_h"]
+            row[f"{measure}_h"] = round(value, 3) if value is not None else None
+        expected = _expected_minutes(row, start, end, period)
+        row["expected_minutes"] = expected
+        row["gap_minutes"] = max(0, expected - row["telemetry_minutes"]) if expected is not None else None
+        row["coverage"] = round(row["telemetry_minutes"] / expected, 4) if expected else None
+        out.append(row)
+    return out
+
+
+def _expected_minutes(row: dict[str, Any], start: datetime | None, end: datetime | None, period: str) -> int | None:
+    if start is None or end is None:
+        return None
+    lo, hi = start, end
+    if period:
+        first = row["period"]
+        following = first + timedelta(days=1) if period == "day" else (first + timedelta(days=32)).replace(day=1)
+        lo, hi = max(lo, first), min(hi, following)
+    return max(0, int((hi - lo).total_seconds() // 60)) * int(row["pairs"])

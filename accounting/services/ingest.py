@@ -1,0 +1,255 @@
+"""Slurm usage through ``sacct``: every job allocation recorded once, resumable from a watermark.
+
+Each run reads a window from the last successful watermark minus an overlap (a job that ended late,
+or a record sacct corrected, is read again and replaces the earlier one) to now, streams sacct's
+output, folds each job's runs into one ``WorkloadRecord`` with one ``Allocation`` per run, and
+upserts them in batches. Ingesting the same window twice changes nothing. A line that cannot be
+read is kept on the run with its number and the reason; a job whose account maps to no unit is
+recorded with no unit and counted. If sacct fails, the run says why, nothing is written, and the
+watermark stays where it was. The ``SourceRun`` row is the record of the ingest (who, when, what).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounting.models import Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.policy.sacct import FIELDS, SACCT_FORMAT, LineProblem, SacctRun, SlurmJob, parse_sacct
+from quotas.integrations.slurm import Sacct, SlurmError
+from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
+
+BATCH = 5000
+KEEP_PROBLEMS = 100
+RECORD_FIELDS = [
+    "unit",
+    "account",
+    "owner",
+    "project",
+    "tier",
+    "flavor",
+    "flavor_name",
+    "devices",
+    "resources",
+    "borrowed",
+    "submitted_at",
+    "admitted_at",
+    "ended_at",
+    "state",
+    "exit_code",
+    "evictions",
+    "held_seconds",
+    "source_run",
+]
+
+
+@dataclass
+class _Tally:
+    counts: dict[str, int] = field(default_factory=lambda: {"lines": 0, "jobs": 0, "problems": 0})
+    problems: list[dict[str, object]] = field(default_factory=list)
+    unresolved: set[str] = field(default_factory=set)
+    latest: datetime | None = None
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def problem(self, found: LineProblem) -> None:
+        self.add("problems")
+        if len(self.problems) < KEEP_PROBLEMS:
+            self.problems.append({"line": found.line, "text": found.text, "error": found.error})
+
+
+@dataclass(frozen=True)
+class _Maps:
+    units: dict[str, int]
+    flavors: dict[str, ResourceFlavor]
+
+
+def _maps(cluster: Cluster) -> _Maps:
+    """Account name → unit (its Slurm account, else its slug, as the Slurm translator names accounts),
+    flavor name → flavor. One query each."""
+    units: dict[str, int] = {}
+    for uid, slug, account in OrgUnit.objects.filter(archived_at__isnull=True).values_list(
+        "id", "slug", "slurm_account"
+    ):
+        units.setdefault(account or slug, uid)
+    return _Maps(units, {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)})
+
+
+def slurm_cluster_name(cluster: Cluster) -> str:
+    ref = cluster.connection_ref
+    return ref.split(":", 1)[1] if ref.startswith("slurm:") else cluster.name
+
+
+def usage_ingest_slurm(
+    *,
+    cluster: Cluster,
+    now: datetime | None = None,
+    lines: Iterable[str] | None = None,
+    runner: Sacct | None = None,
+) -> SourceRun:
+    """Ingest ``cluster``'s jobs from sacct over [watermark − overlap, now) (see the module docstring).
+    ``lines`` replaces running sacct (a file a site exported). Returns the recorded SourceRun; Slurm's
+    failures are recorded in it, not raised."""
+    if cluster.kind != ClusterKind.SLURM:
+        raise ValueError(f"{cluster.name} is not a Slurm cluster")
+    now = now or timezone.now()
+    previous = (
+        SourceRun.objects.filter(source=SourceKind.SLURM, cluster=cluster, watermark__isnull=False)
+        .exclude(status=SourceStatus.FAILED)
+        .order_by("-watermark")
+        .first()
+    )
+    overlap = timedelta(seconds=settings.ALLOT_USAGE_SLURM_OVERLAP_SECONDS)
+    if previous and previous.watermark:
+        start = previous.watermark - overlap
+    else:
+        start = now - timedelta(seconds=settings.ALLOT_USAGE_SLURM_LOOKBACK_SECONDS)
+    run = SourceRun(
+        source=SourceKind.SLURM, cluster=cluster, started_at=timezone.now(), window_start=start, window_end=now
+    )
+    zone = ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)
+    if lines is None:
+        local = "%Y-%m-%dT%H:%M:%S"
+        lines = (runner or Sacct()).lines(
+            slurm_cluster_name(cluster),
+            start.astimezone(zone).strftime(local),
+            now.astimezone(zone).strftime(local),
+            SACCT_FORMAT,
+        )
+    tally = _Tally()
+    try:
+        with transaction.atomic():
+            run.save()
+            maps = _maps(cluster)
+            for batch in _batches(_jobs(parse_sacct(_counted(lines, tally), zone=zone, fields=FIELDS), tally)):
+                _write(run, cluster, maps, batch, tally)
+            _finish(run, tally, now)
+    except SlurmError as exc:
+        run.pk = None
+        run.status, run.message = SourceStatus.FAILED, str(exc)
+        run.counts, run.finished_at = tally.counts, timezone.now()
+        run.save()
+    return run
+
+
+def _counted(lines: Iterable[str], tally: _Tally) -> Iterator[str]:
+    for line in lines:
+        tally.counts["lines"] += 1
+        yield line
+
+
+def _jobs(items: Iterable[SacctRun | LineProblem], tally: _Tally) -> Iterator[SlurmJob]:
+    """Fold consecutive runs of one job (sacct lists a requeued job's runs together)."""
+    from accounting.policy.sacct import fold_runs
+
+    current: list[SacctRun] = []
+    for item in items:
+        if isinstance(item, LineProblem):
+            tally.problem(item)
+            continue
+        if current and (item.cluster, item.job_id) != (current[-1].cluster, current[-1].job_id):
+            yield from fold_runs(current).values()
+            current = []
+        current.append(item)
+    if current:
+        yield from fold_runs(current).values()
+
+
+def _batches(jobs: Iterable[SlurmJob]) -> Iterator[list[SlurmJob]]:
+    batch: list[SlurmJob] = []
+    for job in jobs:
+        batch.append(job)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _record(run: SourceRun, cluster: Cluster, maps: _Maps, job: SlurmJob, tally: _Tally) -> WorkloadRecord:
+    unit = maps.units.get(job.account)
+    if unit is None:
+        tally.add("unresolved_account")
+        tally.unresolved.add(job.account)
+    typed = [t for t in job.gpus if t is not None]
+    flavor_name = typed[0] if typed else ""
+    flavor = maps.flavors.get(flavor_name) if flavor_name else None
+    if flavor is None and not typed and job.gpus and len(maps.flavors) == 1:
+        flavor = next(iter(maps.flavors.values()))  # untyped GPUs on a one-flavor cluster
+    if job.gpus and flavor is None:
+        tally.add("unresolved_flavor")
+    devices = sum(job.gpus.values())
+    ended = job.ended or job.started
+    if ended and (tally.latest is None or ended > tally.latest):
+        tally.latest = ended
+    return WorkloadRecord(
+        cluster=cluster,
+        scheduler_id=job.job_id,
+        unit_id=unit,
+        account=job.account,
+        owner=job.user,
+        project=job.account,
+        tier=job.qos,
+        flavor=flavor,
+        flavor_name=flavor_name,
+        devices=devices,
+        resources={str(k or "gpu"): v for k, v in job.gpus.items()},
+        borrowed=devices if job.qos.startswith("burst-") else 0,
+        submitted_at=job.submitted,
+        admitted_at=job.started,
+        ended_at=job.ended,
+        state=job.state.value,
+        exit_code=job.exit_code,
+        evictions=[{"reason": e.reason, "at": e.at.isoformat() if e.at else None} for e in job.evictions],
+        held_seconds=job.held_seconds,
+        source_run=run,
+    )
+
+
+def _write(run: SourceRun, cluster: Cluster, maps: _Maps, jobs: list[SlurmJob], tally: _Tally) -> None:
+    """Upsert one batch of records and replace their allocations (a corrected record wins)."""
+    records = [_record(run, cluster, maps, job, tally) for job in jobs]
+    WorkloadRecord.objects.bulk_create(
+        records, update_conflicts=True, unique_fields=["cluster", "scheduler_id"], update_fields=RECORD_FIELDS
+    )
+    ids = dict(
+        WorkloadRecord.objects.filter(cluster=cluster, scheduler_id__in=[j.job_id for j in jobs]).values_list(
+            "scheduler_id", "id"
+        )
+    )
+    Allocation.objects.filter(record_id__in=ids.values()).delete()
+    allocations = [
+        Allocation(
+            record_id=ids[job.job_id],
+            unit_id=record.unit_id,
+            flavor=record.flavor,
+            devices=record.devices,
+            borrowed=record.borrowed,
+            start=start,
+            end=end,
+        )
+        for job, record in zip(jobs, records, strict=True)
+        if record.devices
+        for start, end in job.intervals
+    ]
+    Allocation.objects.bulk_create(allocations, batch_size=BATCH)
+    tally.add("jobs", len(jobs))
+    tally.add("allocations", len(allocations))
+
+
+def _finish(run: SourceRun, tally: _Tally, now: datetime) -> None:
+    run.counts = {**tally.counts, "unresolved_accounts": len(tally.unresolved)}
+    if tally.unresolved:
+        run.message = "accounts that map to no unit: " + ", ".join(sorted(tally.unresolved)[:20])
+    run.problems = tally.problems
+    run.status = SourceStatus.PARTIAL if tally.counts["problems"] else SourceStatus.OK
+    run.watermark = now
+    run.finished_at = timezone.now()
+    run.save()

@@ -1,0 +1,131 @@
+"""Hourly rollups per unit × flavor, rebuilt in SQL for any window (idempotent: the window's rows are
+deleted and written again in one transaction).
+
+From minute samples (the replay source): per minute, within = min(held, guarantee), borrowed = the
+rest, lent = the unit's share of what borrowers took beyond unguaranteed capacity, in proportion to
+its idle lendable guarantee — the rule of ``accounting.policy.attribution``, which the tests hold this
+SQL to. ``minutes`` counts minutes with telemetry: an hour without any is a gap, not an idle hour.
+
+From Slurm allocations (PostgreSQL): device-seconds of each run clipped to each hour, borrowed when it
+ran under a burst QOS; guarantee-hours from the unit's guarantee on that flavor for every hour a
+successful ingest covered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from accounting.models import SourceKind, SourceRun, SourceStatus, UsageHour
+
+COLUMNS = (
+    "unit_id, flavor_id, hour, minutes, guarantee, allocated, within, borrowed, lent, pending, "
+    "active, productive, productive_estimated, minutes_full, minutes_queued"
+)
+
+SAMPLES = """
+INSERT INTO accounting_usagehour ({columns})
+SELECT unit_id, flavor_id, hour, COUNT(*), SUM(g) / 60.0, SUM(a) / 60.0, SUM(w) / 60.0, SUM(b) / 60.0,
+       SUM(lent) / 60.0, SUM(q) / 60.0, NULL, NULL, %(false)s, SUM(full_), SUM(queued_)
+FROM (
+  SELECT x.*,
+         CASE WHEN tb - unguaranteed > 0 AND offered > 0
+              THEN (CASE WHEN tb - unguaranteed < offered THEN tb - unguaranteed ELSE offered END)
+                   * offer * 1.0 / offered
+              ELSE 0 END AS lent
+  FROM (
+    SELECT y.*,
+           SUM(b) OVER w AS tb,
+           SUM(offer) OVER w AS offered,
+           CASE WHEN physical > SUM(g) OVER w THEN physical - SUM(g) OVER w ELSE 0 END AS unguaranteed
+    FROM (
+      SELECT s.unit_id, s.flavor_id, s.at, {hour} AS hour, f.physical_devices AS physical,
+             s.guarantee AS g, s.held AS a, s.queued AS q,
+             CASE WHEN s.held < s.guarantee THEN s.held ELSE s.guarantee END AS w,
+             CASE WHEN s.held > s.guarantee THEN s.held - s.guarantee ELSE 0 END AS b,
+             CASE WHEN s.guarantee - (CASE WHEN s.held < s.guarantee THEN s.held ELSE s.guarantee END) < s.lendable
+                  THEN s.guarantee - (CASE WHEN s.held < s.guarantee THEN s.held ELSE s.guarantee END)
+                  ELSE s.lendable END AS offer,
+             CASE WHEN s.guarantee > 0 AND s.held * 10 >= s.guarantee * 9 THEN 1 ELSE 0 END AS full_,
+             CASE WHEN s.queued > 0 THEN 1 ELSE 0 END AS queued_
+      FROM accounting_usagesample s JOIN quotas_resourceflavor f ON f.id = s.flavor_id
+      WHERE s.at >= %(start)s AND s.at < %(end)s
+    ) y
+    WINDOW w AS (PARTITION BY flavor_id, at)
+  ) x
+) z
+GROUP BY unit_id, flavor_id, hour
+"""
+
+# PostgreSQL: guarantee-hours for every hour a successful Slurm ingest covered, then the allocations
+# clipped to each hour added on top (one row per unit × flavor × hour).
+SLURM_GUARANTEE = """
+INSERT INTO accounting_usagehour ({columns})
+SELECT q.unit_id, q.flavor_id, h, 60, q.guarantee, 0, 0, 0, 0, 0, NULL, NULL, FALSE, 0, 0
+FROM quotas_quota q
+JOIN quotas_resourceflavor f ON f.id = q.flavor_id
+JOIN quotas_cluster c ON c.id = f.cluster_id AND c.kind = 'slurm'
+CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
+                                   %(covered)s::timestamptz - interval '1 microsecond', interval '1 hour') AS h
+WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
+  AND NOT EXISTS (SELECT 1 FROM accounting_usagehour u
+                  WHERE u.unit_id = q.unit_id AND u.flavor_id = q.flavor_id AND u.hour = h)
+"""
+SLURM_ALLOCATED = """
+INSERT INTO accounting_usagehour ({columns})
+SELECT unit_id, flavor_id, h, 60, 0, SUM(devices * secs) / 3600.0, SUM((devices - borrowed) * secs) / 3600.0,
+       SUM(borrowed * secs) / 3600.0, 0, 0, NULL, NULL, FALSE, 0, 0
+FROM (
+  SELECT a.unit_id, a.flavor_id, a.devices, a.borrowed, h,
+         EXTRACT(EPOCH FROM (LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h))) AS secs
+  FROM accounting_allocation a
+  CROSS JOIN LATERAL generate_series(date_trunc('hour', GREATEST(a.start, %(start)s)),
+                                     LEAST(COALESCE(a."end", %(now)s), %(end)s) - interval '1 microsecond',
+                                     interval '1 hour') AS h
+  WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
+    AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
+) x
+GROUP BY unit_id, flavor_id, h
+ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
+  allocated = accounting_usagehour.allocated + EXCLUDED.allocated,
+  within = accounting_usagehour.within + EXCLUDED.within,
+  borrowed = accounting_usagehour.borrowed + EXCLUDED.borrowed
+"""
+
+
+@transaction.atomic
+def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None) -> int:
+    """Rebuild the hourly rollups of [start, end) (whole hours). Returns the rows written."""
+    now = now or timezone.now()
+    start = start.replace(minute=0, second=0, microsecond=0)
+    UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
+    adapt = connection.ops.adapt_datetimefield_value  # SQLite compares datetimes as text in its own format
+    params: dict[str, Any] = {"start": adapt(start), "end": adapt(end), "now": adapt(now), "false": False}
+    with connection.cursor() as cursor:
+        cursor.execute(SAMPLES.format(columns=COLUMNS, hour=_hour("s.at")), params)
+        if connection.vendor == "postgresql":
+            covered = _slurm_covered(end)
+            if covered and covered > start:
+                cursor.execute(SLURM_GUARANTEE.format(columns=COLUMNS), {**params, "covered": min(covered, end)})
+            cursor.execute(SLURM_ALLOCATED.format(columns=COLUMNS), params)
+    return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
+
+
+def _hour(column: str) -> str:
+    if connection.vendor == "postgresql":
+        return f"date_trunc('hour', {column})"
+    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+
+
+def _slurm_covered(end: datetime) -> datetime | None:
+    """Up to when successful Slurm ingests have read (the latest watermark)."""
+    run = (
+        SourceRun.objects.filter(source=SourceKind.SLURM, watermark__isnull=False)
+        .exclude(status=SourceStatus.FAILED)
+        .order_by("-watermark")
+        .first()
+    )
+    return run.watermark.replace(minute=0, second=0, microsecond=0) if run and run.watermark else None

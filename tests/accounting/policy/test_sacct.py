@@ -1,0 +1,86 @@
+"""Reading sacct output: real captures from the project's Slurm 22.05 lab and from a production site."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from accounting.policy.sacct import EndState, LineProblem, fold_runs, gpus_from_tres, parse_sacct
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+LAB = ("JobID", "JobName", "Account", "User", "QOS", "Partition", "AllocTRES", "Elapsed", "Submit", "Start", "End",
+       "State", "ExitCode", "Reason")  # fmt: skip
+XDMOD = ("JobID", "JobIDRaw", "Cluster", "Partition", "QOS", "Account", "Group", "GID", "User", "UID", "Submit",
+         "Eligible", "Start", "End", "Elapsed", "ExitCode", "State", "NNodes", "NCPUS", "ReqCPUS", "ReqMem", "ReqTRES",
+         "AllocTRES", "Timelimit", "NodeList", "JobName")  # fmt: skip
+
+
+def runs(path, fields):
+    lines = (FIXTURES / path).read_text().splitlines()
+    if lines[0].startswith("JobID|"):
+        lines = lines[1:]
+    return list(parse_sacct(lines, zone=UTC, fields=fields))
+
+
+@pytest.mark.parametrize(
+    ("tres", "gpus"), json.loads((FIXTURES / "usage/alloctres-gpu-count-cases-xdmod.json").read_text())
+)
+def test_gpu_counts_of_real_alloctres_strings(tres, gpus):
+    assert sum(gpus_from_tres(tres).values()) == gpus
+
+
+def test_typed_and_untyped_counts_are_never_both_counted():
+    assert gpus_from_tres("billing=41,cpu=1,gres/gpu:a100=4,gres/gpu=4,mem=1000M,node=1") == {"a100": 4}
+    assert gpus_from_tres("cpu=1,gres/gpu=2") == {None: 2}
+
+
+def test_requeued_jobs_of_the_lab_fold_into_one_workload_with_its_eviction():
+    found = runs("slurm-outputs/sacct-parsable2-allocations-duplicates.psv", LAB)
+    assert not [r for r in found if isinstance(r, LineProblem)]
+    jobs = {job_id: job for (_, job_id), job in fold_runs(found).items()}
+    job = jobs["11"]
+    assert job.state is EndState.CANCELLED and job.gpus == {"a100": 4} and job.account == "serving"
+    assert [e.reason for e in job.evictions] == ["PREEMPTED"]
+    assert job.evictions[0].at == datetime(2026, 11, 29, 19, 45, 30, tzinfo=UTC)
+    assert job.held_seconds == 67 and len(job.intervals) == 1  # the requeued instance never started again
+    assert job.submitted == datetime(2026, 11, 29, 19, 44, 22, tzinfo=UTC)
+    assert {k for k, j in jobs.items() if j.evictions} == {"11", "19", "27", "38"}  # 38: preempted, not requeued
+    assert jobs["38"].state is EndState.PREEMPTED and len(jobs["38"].evictions) == 1
+
+
+def test_a_production_sites_lines_timeouts_cancellations_and_gpus():
+    found = runs("usage/sacct-P-X-D-noheader-xdmod-ub-hpc.psv", XDMOD)
+    assert not [r for r in found if isinstance(r, LineProblem)]
+    states = {r.job_id: (r.state, r.raw_state) for r in found if not isinstance(r, LineProblem)}
+    assert states["4103947"] == (EndState.TIMEOUT, "TIMEOUT")
+    assert states["4107166"] == (EndState.CANCELLED, "CANCELLED by 102216")
+    gpu_jobs = [r for r in found if not isinstance(r, LineProblem) and r.gpus]
+    assert gpu_jobs and all(sum(r.gpus.values()) > 0 for r in gpu_jobs)
+
+
+def test_running_and_pending_jobs_have_no_end_yet():
+    found = [
+        r for r in runs("usage/sacct-P-X-D-noheader-xdmod-running-pending.psv", XDMOD) if not isinstance(r, LineProblem)
+    ]
+    by_state = {r.state: r for r in found}
+    assert by_state[EndState.PENDING].start is None
+    folded = fold_runs([by_state[EndState.RUNNING]])
+    assert next(iter(folded.values())).ended is None  # End is the last update for a running job, not its end
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00", "8 fields, expected 12"),
+        ("1|lab|nlp|alice|guar-nlp|gpu|EXPLODED|2026-11-29T19:00:00|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
+         "unknown job state 'EXPLODED'"),
+        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|yesterday|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
+         "is not ISO 8601"),
+        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00|2026-11-29T19:05:00|2026-11-29T19:01:00||0:0",
+         "before it starts: clock skew?"),
+    ],
+)  # fmt: skip
+def test_a_bad_line_is_kept_with_its_number_and_the_reason(line, error):
+    (found,) = parse_sacct(["", line], zone=UTC)
+    assert isinstance(found, LineProblem) and found.line == 2 and error in found.error

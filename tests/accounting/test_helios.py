@@ -1,0 +1,86 @@
+"""The demo's real month (Helios Earth, May 2020) through Allot's replay source and rollups: the
+figures its own notes and the SC '21 paper report come out of Allot's numbers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db.models import Sum
+
+from accounting.demo import load_usage_demo
+from accounting.models import UsageHour
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+# team: (quota, allocated GPU-h, idle GPU-h, mean allocation %, minutes with GPU jobs waiting %)
+PUBLISHED = {
+    "vc6YE": (208, 139_684, 10_076, 93.3, 56.5), "vcvlY": (96, 48_131, 20_989, 69.6, 12.1),
+    "vcLJZ": (64, 41_519, 4_561, 90.1, 18.6), "vc3sl": (64, 29_869, 16_211, 64.8, 3.4),
+    "vcMod": (64, 24_412, 21_668, 53.0, 23.8), "vchbv": (64, 19_573, 26_507, 42.5, 4.3),
+    "vcpDC": (56, 37_931, 2_389, 94.1, 79.6), "vcTJs": (48, 26_064, 8_496, 75.4, 36.9),
+    "vc8Sj": (48, 17_803, 16_757, 51.5, 23.8), "vccaA": (32, 10_651, 12_389, 46.2, 4.0),
+    "vcSoL": (32, 11_333, 11_707, 49.2, 15.4), "vcira": (24, 375, 16_905, 2.2, 0.0),
+    "vcJLV": (16, 8_592, 2_928, 74.6, 7.0), "vcJkd": (16, 101, 11_419, 0.9, 0.0),
+    "vcdI0": (16, 3_320, 8_200, 28.8, 0.0), "vcgkz": (8, 5_415, 345, 94.0, 0.0),
+}  # fmt: skip
+AT_OR_ABOVE_90 = {"vc6YE": 79.9, "vcLJZ": 76.8, "vcpDC": 80.1}  # % of minutes held ≥ 90 % of quota
+
+
+@pytest.fixture
+def month(demo):
+    run = load_usage_demo()
+    assert run is not None and run.counts["rows"] == 16 * 43_200 and run.counts["gap_minutes"] == 16 * 1_440
+    rows = UsageHour.objects.filter(unit__path__startswith="acme/earth/").values("unit__name")
+    return {
+        r["unit__name"]: r
+        for r in rows.annotate(
+            minutes_=Sum("minutes"), allocated_=Sum("allocated"), guarantee_=Sum("guarantee"),
+            full_=Sum("minutes_full"), queued_=Sum("minutes_queued"),
+        )
+    }  # fmt: skip
+
+
+def test_the_real_month_through_allots_rollups_gives_the_published_figures(month, admin_client):
+    """One test (the month takes a minute to load): per team, the busiest teams, the gap day."""
+    every_teams_month_matches(month)
+    the_busiest_teams_are_full_most_of_the_time_and_the_small_job_teams_are_not(month)
+    the_gap_day_shows_as_missing_telemetry_in_the_api(admin_client)
+
+
+def every_teams_month_matches(month):
+    assert set(month) == set(PUBLISHED)
+    for team, (quota, allocated, idle, mean, waiting) in PUBLISHED.items():
+        row = month[team]
+        assert row["minutes_"] == 43_200, team  # the empty 10 May is a gap, not 1,440 idle minutes
+        assert row["guarantee_"] == pytest.approx(quota * 720)
+        assert round(row["allocated_"]) == pytest.approx(allocated, abs=1), team
+        assert round(row["guarantee_"] - row["allocated_"]) == pytest.approx(idle, abs=1), team
+        assert round(100 * row["allocated_"] / row["guarantee_"], 1) == mean, team
+        assert round(100 * row["queued_"] / row["minutes_"], 1) == waiting, team
+    total = sum(r["allocated_"] for r in month.values()) / sum(r["guarantee_"] for r in month.values())
+    assert round(100 * total, 1) == 68.9  # Earth's May allocation, all 16 teams
+
+
+def the_busiest_teams_are_full_most_of_the_time_and_the_small_job_teams_are_not(month):
+    for team, share in AT_OR_ABOVE_90.items():
+        assert round(100 * month[team]["full_"] / month[team]["minutes_"], 1) == share, team
+    # "the utilization of vchbv and vccaA is basically below 65%" (SC '21 §3.1.3)
+    for team in ("vchbv", "vccaA"):
+        assert month[team]["allocated_"] / month[team]["guarantee_"] < 0.5
+
+
+def the_gap_day_shows_as_missing_telemetry_in_the_api(admin_client):
+    answer = admin_client.get(
+        "/api/v1/usage/",
+        {"within": "acme/earth", "group_by": "flavor", "start": "2020-05-01T00:00:00Z", "end": "2020-06-01T00:00:00Z"},
+    )
+    (row,) = answer.json()
+    assert row["gap_minutes"] == 16 * 1_440 and row["coverage"] == round(43_200 / 44_640, 4)
+    assert round(row["allocated_h"]) == 424_773
+    assert (
+        UsageHour.objects.filter(
+            hour__gte=datetime(2020, 5, 10, tzinfo=UTC), hour__lt=datetime(2020, 5, 11, tzinfo=UTC)
+        ).count()
+        == 0
+    )

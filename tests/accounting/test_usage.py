@@ -1,0 +1,161 @@
+"""The usage layer on the database: replay loads, rollups in SQL held to the pure attribution rule,
+idempotence, gaps, bad input, and the API. Runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import Client
+
+from accounting.models import SourceStatus, UsageHour, UsageSample, WorkloadRecord
+from accounting.policy.attribution import UnitInterval, attribute
+from accounting.services import usage_ingest_slurm, usage_replay_load, usage_rollup
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+HEADER = "minute,unit,flavor,quota,held,queued"
+
+
+def replay(rows):
+    return [HEADER, *(f"{at:%Y-%m-%dT%H:%M},{u},{f},{q},{h},{w}" for at, u, f, q, h, w in rows)]
+
+
+def random_rows(seed=7, minutes=150):
+    """nlp (30, lends 15), vision (20, lends 10) and ops (30, lends 0) on west/a100 (120 devices),
+    each borrowing now and then."""
+    rng = random.Random(seed)
+    quotas = {"nlp": 30, "vision": 20, "ops": 30}
+    rows = []
+    for i in range(minutes):
+        at = T0 + timedelta(minutes=i)
+        for unit, quota in quotas.items():
+            if unit == "vision" and 40 <= i < 55:
+                continue  # a telemetry gap
+            rows.append((at, unit, "a100", quota, rng.choice([0, 5, quota, quota + 25, quota + 60]), rng.randint(0, 9)))
+    return rows
+
+
+def test_rollups_in_sql_match_the_attribution_rule_minute_by_minute(org):
+    units = {"nlp": org.nlp, "vision": org.vision, "ops": org.ops}
+    rows = random_rows()
+    run = usage_replay_load(lines=replay(rows), cluster=org.cluster, units=units, name="random")
+    assert run.status == SourceStatus.OK and run.counts["rows"] == len(rows) and run.counts["gap_minutes"] == 15
+    usage_rollup(start=T0, end=T0 + timedelta(hours=3))
+    lendable = {"nlp": 15, "vision": 10, "ops": 0}
+    expected: dict[tuple[str, datetime], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    by_minute = defaultdict(dict)
+    for at, unit, _, quota, held, queued in rows:
+        by_minute[at][unit] = UnitInterval(quota, lendable[unit], held, queued)
+    for at, interval in by_minute.items():
+        for unit, part in attribute(interval, org.flavor.physical_devices).items():
+            totals = expected[(unit, at.replace(minute=0))]
+            totals["within"] += part.within / 60
+            totals["borrowed"] += part.borrowed / 60
+            totals["lent"] += part.lent / 60
+            totals["minutes"] += 1
+    found = {(h.unit.slug, h.hour): h for h in UsageHour.objects.select_related("unit")}
+    assert set(found) == set(expected)
+    for key, totals in expected.items():
+        hour = found[key]
+        assert hour.minutes == totals["minutes"]
+        assert hour.within == pytest.approx(totals["within"]) and hour.borrowed == pytest.approx(totals["borrowed"])
+        assert hour.lent == pytest.approx(totals["lent"]), key
+        assert hour.allocated == pytest.approx(hour.within + hour.borrowed)
+    assert sum(h.lent for h in found.values()) > 0  # the random month did lend
+
+
+def test_loading_and_rolling_up_twice_changes_nothing(org):
+    units = {"nlp": org.nlp, "vision": org.vision, "ops": org.ops}
+    rows = random_rows(minutes=90)
+    for _ in range(2):
+        usage_replay_load(lines=replay(rows), cluster=org.cluster, units=units, name="twice")
+        usage_rollup(start=T0, end=T0 + timedelta(hours=2))
+    assert UsageSample.objects.count() == len(rows)
+    first = sorted(UsageHour.objects.values_list("unit_id", "hour", "allocated", "lent"))
+    usage_rollup(start=T0, end=T0 + timedelta(hours=2))
+    assert sorted(UsageHour.objects.values_list("unit_id", "hour", "allocated", "lent")) == first
+    corrected = [(at, u, f, q, 0 if u == "ops" else h, w) for at, u, f, q, h, w in rows]  # a corrected file
+    usage_replay_load(lines=replay(corrected), cluster=org.cluster, units=units, name="corrected")
+    usage_rollup(start=T0, end=T0 + timedelta(hours=2))
+    assert sum(UsageHour.objects.filter(unit=org.ops).values_list("allocated", flat=True)) == 0
+    assert UsageSample.objects.count() == len(rows)
+
+
+def test_a_rollup_leaves_hours_outside_its_window_alone(org):
+    units = {"nlp": org.nlp}
+    usage_replay_load(lines=replay(random_rows(minutes=180)), cluster=org.cluster, units=units, name="w")
+    usage_rollup(start=T0, end=T0 + timedelta(hours=3))
+    before = UsageHour.objects.filter(hour=T0).get()
+    UsageSample.objects.filter(at__lt=T0 + timedelta(hours=1)).update(held=0)
+    usage_rollup(start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=3))
+    assert UsageHour.objects.filter(hour=T0).get().allocated == before.allocated
+
+
+def test_bad_lines_unknown_units_and_flavors_are_counted_and_kept_not_dropped_silently(org):
+    lines = [*replay(random_rows(minutes=5)), "2026-11-02T10:09,nlp,a100,30,-4,0", "2026-11-02T10:09,ghost,a100,1,1,0"]
+    lines.append("2026-11-02T10:09,nlp,h200,8,1,0")
+    run = usage_replay_load(lines=lines, cluster=org.cluster, units={"nlp": org.nlp}, name="bad")
+    assert run.status == SourceStatus.PARTIAL
+    assert run.counts["problems"] == 1 and run.problems[0]["line"] == 17 and "negative" in run.problems[0]["error"]
+    assert run.counts["unknown_unit"] == 11 and "ghost" in run.message  # vision, ops and ghost rows
+    assert run.counts["unknown_flavor"] == 1
+
+
+SACCT = [
+    "101|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-02T09:58:00|2026-11-02T10:00:00|2026-11-02T11:30:00|cpu=1,gres/gpu:a100=2|0:0",
+    "102|lab|nlp|alice|burst-nlp|gpu|PREEMPTED|2026-11-02T10:05:00|2026-11-02T10:10:00|2026-11-02T10:40:00|cpu=1,gres/gpu:a100=4|0:0",
+    "102|lab|nlp|alice|burst-nlp|gpu|COMPLETED|2026-11-02T10:40:00|2026-11-02T10:50:00|2026-11-02T11:10:00|cpu=1,gres/gpu:a100=4|0:0",
+    "103|lab|someone-else|zed|normal|gpu|FAILED|2026-11-02T10:00:00|2026-11-02T10:00:00|2026-11-02T10:01:00|gres/gpu=1|1:0",
+    "104|lab|vision|bob|guar-vision|gpu|RUNNING|2026-11-02T10:00:00|2026-11-02T10:30:00|Unknown|gres/gpu:a100=1|0:0",
+    "broken line",
+]  # fmt: skip
+
+
+@pytest.fixture
+def lab_flavor(org):
+    from quotas import services
+
+    return services.flavor_set(
+        actor=org.admin, reason="t", cluster=org.slurm, name="a100", accelerator_model="A100",
+        device_memory_gb=80, physical_devices=8,
+    )  # fmt: skip
+
+
+def test_sacct_records_each_job_once_with_its_runs_and_says_what_it_could_not_map(org, lab_flavor):
+    now = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+    run = usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=now)
+    assert run.status == SourceStatus.PARTIAL and run.counts["jobs"] == 4 and run.counts["problems"] == 1
+    assert run.problems[0]["line"] == 6 and "fields" in run.problems[0]["error"]
+    assert run.counts["unresolved_account"] == 1 and "someone-else" in run.message
+    records = {r.scheduler_id: r for r in WorkloadRecord.objects.all()}
+    assert records["103"].unit is None and records["103"].flavor == lab_flavor  # kept, counted; one-flavor cluster
+    burst = records["102"]
+    assert (burst.unit, burst.state, burst.borrowed, burst.devices) == (org.nlp, "finished", 4, 4)
+    assert burst.evictions == [{"reason": "PREEMPTED", "at": "2026-11-02T10:40:00+00:00"}]
+    assert burst.allocations.count() == 2 and burst.held_seconds == 30 * 60 + 20 * 60
+    assert records["104"].ended_at is None and records["104"].state == "running"
+    again = usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=now)
+    assert again.counts["jobs"] == 4 and WorkloadRecord.objects.count() == 4  # the same window twice: no change
+    assert sum(r.allocations.count() for r in WorkloadRecord.objects.all()) == 5
+    assert again.window_start == now - timedelta(hours=1)  # from the last watermark, minus the overlap
+
+
+def test_the_usage_api_groups_and_says_how_much_had_telemetry(org, admin_client: Client):
+    usage_replay_load(
+        lines=replay(random_rows()), cluster=org.cluster, units={"nlp": org.nlp, "vision": org.vision}, name="api"
+    )
+    usage_rollup(start=T0, end=T0 + timedelta(hours=3))
+    answer = admin_client.get(
+        "/api/v1/usage/",
+        {"within": "acme/research", "group_by": "unit", "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T13:00:00Z"},
+    )
+    assert answer.status_code == 200
+    rows = {r["unit_path"]: r for r in answer.json()}
+    assert set(rows) == {"acme/research/nlp", "acme/research/vision"}
+    assert rows["acme/research/vision"]["gap_minutes"] == 30 + 15  # 150 of 180 minutes loaded, 15 missing inside
+    assert rows["acme/research/nlp"]["active_h"] is None  # not measured: null, never zero
+    bad = admin_client.get("/api/v1/usage/", {"group_by": "team"})
+    assert bad.status_code == 400 and "unknown grouping team" in str(bad.json()["group_by"])
