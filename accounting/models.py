@@ -65,7 +65,10 @@ class WorkloadRecord(models.Model):
     the Slurm account; one that maps to no unit is kept (unit empty) and counted."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workload_records")
-    scheduler_id = models.CharField(max_length=64, help_text="Kueue Workload UID or Slurm JobID.")
+    scheduler_id = models.CharField(
+        max_length=64, help_text="Kueue Workload UID, or Slurm JobID@first submit (ids repeat after a reset)."
+    )
+    job_id = models.CharField(max_length=64, blank=True, help_text="The scheduler's own id (Slurm JobID).")
     unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT, related_name="workloads")
     account = models.CharField(max_length=253, blank=True, help_text="The Slurm account or namespace it ran in.")
     owner = models.CharField(max_length=150, blank=True)
@@ -92,6 +95,7 @@ class WorkloadRecord(models.Model):
             models.UniqueConstraint(fields=["cluster", "scheduler_id"], name="workload_once_per_cluster"),
         ]
         indexes = [
+            models.Index(fields=["cluster", "job_id"]),
             models.Index(fields=["unit", "flavor"]),
             models.Index(fields=["submitted_at"], name="workload_submitted_idx"),
         ]
@@ -111,6 +115,9 @@ class Allocation(models.Model):
     borrowed = models.PositiveIntegerField(default=0)
     start = models.DateTimeField()
     end = models.DateTimeField(null=True, blank=True)
+    run_key = models.CharField(max_length=64, blank=True, help_text="The scheduler's id of this run (Slurm DBIndex).")
+    raw_state = models.CharField(max_length=64, blank=True, help_text="How this run ended, as the scheduler said.")
+    submitted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -16,6 +16,7 @@ from enum import StrEnum
 
 FIELDS = (
     "JobIDRaw",
+    "DBIndex",
     "Cluster",
     "Account",
     "User",
@@ -92,6 +93,8 @@ class SacctRun:
     end: datetime | None
     gpus: Mapping[str | None, int]
     exit_code: str
+    run_key: str = ""
+    """slurmdbd's own index of this run (DBIndex): a run read twice is the same run."""
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,19 @@ class SlurmJob:
     evictions: tuple[Eviction, ...] = field(default_factory=tuple)
     held_seconds: int = 0
     """Seconds it held its GPUs, over all runs (a requeued run's time counts: it held them)."""
-    intervals: tuple[tuple[datetime, datetime | None], ...] = ()
-    """Each run that started: (start, end); end None while it runs."""
+    runs: tuple[SacctRun, ...] = ()
+    """Every run, in the order they ran."""
+
+    @property
+    def key(self) -> str:
+        """The job's identity: its id and when it was first submitted (ids repeat after a reset)."""
+        first = self.runs[0].submit if self.runs else self.submitted
+        return f"{self.job_id}@{first:%Y-%m-%dT%H:%M:%S}" if first else self.job_id
+
+    @property
+    def intervals(self) -> tuple[tuple[datetime, datetime | None], ...]:
+        """Each run that started: (start, end); end None while it runs."""
+        return tuple((r.start, r.end) for r in self.runs if r.start)
 
 
 def gpus_from_tres(tres: str) -> dict[str | None, int]:
@@ -162,7 +176,17 @@ def parse_sacct(
             continue
         get = {name: parts[i] for name, i in index.items()}
         get.setdefault("JobIDRaw", get.get("JobID", ""))
-        for optional in ("Cluster", "Account", "User", "QOS", "Partition", "Submit", "AllocTRES", "ExitCode"):
+        for optional in (
+            "DBIndex",
+            "Cluster",
+            "Account",
+            "User",
+            "QOS",
+            "Partition",
+            "Submit",
+            "AllocTRES",
+            "ExitCode",
+        ):
             get.setdefault(optional, "")
         raw_state = get["State"].split(" ")[0]
         state = SLURM_STATES.get(raw_state)
@@ -191,15 +215,51 @@ def parse_sacct(
             end=end,
             gpus=gpus_from_tres(get["AllocTRES"]),
             exit_code=get["ExitCode"],
+            run_key=get["DBIndex"] or f"{get['JobIDRaw']}@{get['Submit']}",
         )
 
 
 def fold_runs(runs: Iterable[SacctRun]) -> dict[tuple[str, str], SlurmJob]:
-    """Fold the runs of each (cluster, job id), in the order sacct lists them, into one SlurmJob."""
-    grouped: dict[tuple[str, str], list[SacctRun]] = {}
+    """Fold runs into jobs, keyed by (cluster, job key). sacct lists a requeued job's runs apart, each
+    with its own submit time (the requeue), and a controller whose state was reset hands out job ids
+    again: so the runs of one id are sorted by when they ran, and a run continues the job before it
+    only when that one was evicted (preempted or requeued) and the run was submitted when it ended.
+    The job key is ``<JobIDRaw>@<first submit>``; a run read twice counts once."""
+    grouped: dict[tuple[str, str], dict[str, SacctRun]] = {}
     for run in runs:
-        grouped.setdefault((run.cluster, run.job_id), []).append(run)
-    return {key: _fold(parts) for key, parts in grouped.items()}
+        grouped.setdefault((run.cluster, run.job_id), {})[run.run_key] = run
+    jobs: dict[tuple[str, str], SlurmJob] = {}
+    for (cluster, _), parts in grouped.items():
+        for chain in _chains(sorted(parts.values(), key=_order)):
+            job = _fold(chain)
+            jobs[(cluster, job.key)] = job
+    return jobs
+
+
+REQUEUE_TOLERANCE_S = 120
+
+
+def _chains(runs: list[SacctRun]) -> Iterator[list[SacctRun]]:
+    chain: list[SacctRun] = []
+    for run in runs:
+        if chain and not _continues(chain[-1], run):
+            yield chain
+            chain = []
+        chain.append(run)
+    if chain:
+        yield chain
+
+
+def _continues(before: SacctRun, run: SacctRun) -> bool:
+    if before.state not in (EndState.PREEMPTED, EndState.REQUEUED) or before.end is None or run.submit is None:
+        return False
+    return abs((run.submit - before.end).total_seconds()) <= REQUEUE_TOLERANCE_S
+
+
+def _order(run: SacctRun) -> tuple[datetime, datetime]:
+    never = datetime.max.replace(tzinfo=run.submit.tzinfo if run.submit else None)
+    submit = run.submit or run.start or never
+    return (submit, run.start or never)
 
 
 def _fold(runs: list[SacctRun]) -> SlurmJob:
@@ -227,5 +287,5 @@ def _fold(runs: list[SacctRun]) -> SlurmJob:
         exit_code=last.exit_code,
         evictions=evictions,
         held_seconds=held,
-        intervals=tuple((r.start, r.end) for r in runs if r.start),
+        runs=tuple(runs),
     )

@@ -12,7 +12,7 @@ watermark stays where it was. The ``SourceRun`` row is the record of the ingest 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -21,13 +21,24 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounting.models import Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
-from accounting.policy.sacct import FIELDS, SACCT_FORMAT, LineProblem, SacctRun, SlurmJob, parse_sacct
+from accounting.policy.sacct import (
+    FIELDS,
+    SACCT_FORMAT,
+    SLURM_STATES,
+    EndState,
+    LineProblem,
+    SacctRun,
+    SlurmJob,
+    fold_runs,
+    parse_sacct,
+)
 from quotas.integrations.slurm import Sacct, SlurmError
 from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
 
 BATCH = 5000
 KEEP_PROBLEMS = 100
 RECORD_FIELDS = [
+    "job_id",
     "unit",
     "account",
     "owner",
@@ -128,7 +139,7 @@ def usage_ingest_slurm(
         with transaction.atomic():
             run.save()
             maps = _maps(cluster)
-            for batch in _batches(_jobs(parse_sacct(_counted(lines, tally), zone=zone, fields=FIELDS), tally)):
+            for batch in _batches(parse_sacct(_counted(lines, tally), zone=zone, fields=FIELDS), tally):
                 _write(run, cluster, maps, batch, tally)
             _finish(run, tally, now)
     except SlurmError as exc:
@@ -145,32 +156,47 @@ def _counted(lines: Iterable[str], tally: _Tally) -> Iterator[str]:
         yield line
 
 
-def _jobs(items: Iterable[SacctRun | LineProblem], tally: _Tally) -> Iterator[SlurmJob]:
-    """Fold consecutive runs of one job (sacct lists a requeued job's runs together)."""
-    from accounting.policy.sacct import fold_runs
-
-    current: list[SacctRun] = []
+def _batches(items: Iterable[SacctRun | LineProblem], tally: _Tally) -> Iterator[list[SacctRun]]:
+    """Runs in batches of BATCH lines; bad lines go to the tally."""
+    batch: list[SacctRun] = []
     for item in items:
         if isinstance(item, LineProblem):
             tally.problem(item)
             continue
-        if current and (item.cluster, item.job_id) != (current[-1].cluster, current[-1].job_id):
-            yield from fold_runs(current).values()
-            current = []
-        current.append(item)
-    if current:
-        yield from fold_runs(current).values()
-
-
-def _batches(jobs: Iterable[SlurmJob]) -> Iterator[list[SlurmJob]]:
-    batch: list[SlurmJob] = []
-    for job in jobs:
-        batch.append(job)
+        batch.append(item)
         if len(batch) >= BATCH:
             yield batch
             batch = []
     if batch:
         yield batch
+
+
+def _known_runs(cluster: Cluster, job_ids: set[str]) -> list[SacctRun]:
+    """The runs of these jobs recorded earlier (by an earlier batch or ingest), so a job whose runs
+    arrive apart — a requeue hours later, outside this window — is folded whole."""
+    rows = Allocation.objects.filter(record__cluster=cluster, record__job_id__in=job_ids).values_list(
+        "record__job_id", "run_key", "raw_state", "submitted_at", "start", "end", "record__account",
+        "record__owner", "record__tier", "record__flavor_name", "devices", "record__exit_code",
+    )  # fmt: skip
+    return [
+        SacctRun(
+            job_id=job_id,
+            cluster=cluster.name,
+            account=account,
+            user=owner,
+            qos=qos,
+            partition="",
+            state=SLURM_STATES.get(raw_state.split(" ")[0], EndState.FINISHED),
+            raw_state=raw_state,
+            submit=submitted,
+            start=start,
+            end=end,
+            gpus={flavor or None: devices},
+            exit_code=exit_code,
+            run_key=run_key,
+        )
+        for job_id, run_key, raw_state, submitted, start, end, account, owner, qos, flavor, devices, exit_code in rows
+    ]
 
 
 def _record(run: SourceRun, cluster: Cluster, maps: _Maps, job: SlurmJob, tally: _Tally) -> WorkloadRecord:
@@ -191,7 +217,8 @@ def _record(run: SourceRun, cluster: Cluster, maps: _Maps, job: SlurmJob, tally:
         tally.latest = ended
     return WorkloadRecord(
         cluster=cluster,
-        scheduler_id=job.job_id,
+        scheduler_id=job.key,
+        job_id=job.job_id,
         unit_id=unit,
         account=job.account,
         owner=job.user,
@@ -213,31 +240,40 @@ def _record(run: SourceRun, cluster: Cluster, maps: _Maps, job: SlurmJob, tally:
     )
 
 
-def _write(run: SourceRun, cluster: Cluster, maps: _Maps, jobs: list[SlurmJob], tally: _Tally) -> None:
-    """Upsert one batch of records and replace their allocations (a corrected record wins)."""
+def _write(run: SourceRun, cluster: Cluster, maps: _Maps, runs: list[SacctRun], tally: _Tally) -> None:
+    """Fold one batch of runs with the runs recorded earlier for the same jobs, upsert the records and
+    replace their allocations (a run read again — a corrected record — wins over the stored one)."""
+    runs = [replace(r, cluster=cluster.name) for r in runs]  # one cluster per ingest, whatever sacct calls it
+    keys = {r.run_key for r in runs}
+    known = [r for r in _known_runs(cluster, {r.job_id for r in runs}) if r.run_key not in keys]
+    jobs = list(fold_runs([*known, *runs]).values())
     records = [_record(run, cluster, maps, job, tally) for job in jobs]
     WorkloadRecord.objects.bulk_create(
         records, update_conflicts=True, unique_fields=["cluster", "scheduler_id"], update_fields=RECORD_FIELDS
     )
     ids = dict(
-        WorkloadRecord.objects.filter(cluster=cluster, scheduler_id__in=[j.job_id for j in jobs]).values_list(
+        WorkloadRecord.objects.filter(cluster=cluster, scheduler_id__in=[j.key for j in jobs]).values_list(
             "scheduler_id", "id"
         )
     )
     Allocation.objects.filter(record_id__in=ids.values()).delete()
     allocations = [
         Allocation(
-            record_id=ids[job.job_id],
+            record_id=ids[job.key],
             unit_id=record.unit_id,
             flavor=record.flavor,
             devices=record.devices,
             borrowed=record.borrowed,
-            start=start,
-            end=end,
+            start=part.start,
+            end=part.end,
+            run_key=part.run_key,
+            raw_state=part.raw_state,
+            submitted_at=part.submit,
         )
         for job, record in zip(jobs, records, strict=True)
         if record.devices
-        for start, end in job.intervals
+        for part in job.runs
+        if part.start
     ]
     Allocation.objects.bulk_create(allocations, batch_size=BATCH)
     tally.add("jobs", len(jobs))

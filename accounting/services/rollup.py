@@ -60,16 +60,18 @@ FROM (
 GROUP BY unit_id, flavor_id, hour
 """
 
-# PostgreSQL: guarantee-hours for every hour a successful Slurm ingest covered, then the allocations
-# clipped to each hour added on top (one row per unit × flavor × hour).
+# PostgreSQL: guarantee-hours for every hour a successful Slurm ingest covered (the last one only for
+# the minutes it covered), then the allocations clipped to each hour added on top (one row per
+# unit × flavor × hour).
 SLURM_GUARANTEE = """
 INSERT INTO accounting_usagehour ({columns})
-SELECT q.unit_id, q.flavor_id, h, 60, q.guarantee, 0, 0, 0, 0, 0, NULL, NULL, FALSE, 0, 0
+SELECT q.unit_id, q.flavor_id, h, m, q.guarantee * m / 60.0, 0, 0, 0, 0, 0, NULL, NULL, FALSE, 0, 0
 FROM quotas_quota q
 JOIN quotas_resourceflavor f ON f.id = q.flavor_id
 JOIN quotas_cluster c ON c.id = f.cluster_id AND c.kind = 'slurm'
 CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
                                    %(covered)s::timestamptz - interval '1 microsecond', interval '1 hour') AS h
+CROSS JOIN LATERAL (SELECT LEAST(60, FLOOR(EXTRACT(EPOCH FROM (%(covered)s::timestamptz - h)) / 60))::int AS m) AS covered_minutes
 WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
   AND NOT EXISTS (SELECT 1 FROM accounting_usagehour u
                   WHERE u.unit_id = q.unit_id AND u.flavor_id = q.flavor_id AND u.hour = h)
@@ -128,4 +130,4 @@ def _slurm_covered(end: datetime) -> datetime | None:
         .order_by("-watermark")
         .first()
     )
-    return run.watermark.replace(minute=0, second=0, microsecond=0) if run and run.watermark else None
+    return run.watermark if run else None

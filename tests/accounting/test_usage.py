@@ -105,11 +105,11 @@ def test_bad_lines_unknown_units_and_flavors_are_counted_and_kept_not_dropped_si
 
 
 SACCT = [
-    "101|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-02T09:58:00|2026-11-02T10:00:00|2026-11-02T11:30:00|cpu=1,gres/gpu:a100=2|0:0",
-    "102|lab|nlp|alice|burst-nlp|gpu|PREEMPTED|2026-11-02T10:05:00|2026-11-02T10:10:00|2026-11-02T10:40:00|cpu=1,gres/gpu:a100=4|0:0",
-    "102|lab|nlp|alice|burst-nlp|gpu|COMPLETED|2026-11-02T10:40:00|2026-11-02T10:50:00|2026-11-02T11:10:00|cpu=1,gres/gpu:a100=4|0:0",
-    "103|lab|someone-else|zed|normal|gpu|FAILED|2026-11-02T10:00:00|2026-11-02T10:00:00|2026-11-02T10:01:00|gres/gpu=1|1:0",
-    "104|lab|vision|bob|guar-vision|gpu|RUNNING|2026-11-02T10:00:00|2026-11-02T10:30:00|Unknown|gres/gpu:a100=1|0:0",
+    "101|500|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-02T09:58:00|2026-11-02T10:00:00|2026-11-02T11:30:00|cpu=1,gres/gpu:a100=2|0:0",
+    "102|501|lab|nlp|alice|burst-nlp|gpu|PREEMPTED|2026-11-02T10:05:00|2026-11-02T10:10:00|2026-11-02T10:40:00|cpu=1,gres/gpu:a100=4|0:0",
+    "102|502|lab|nlp|alice|burst-nlp|gpu|COMPLETED|2026-11-02T10:40:00|2026-11-02T10:50:00|2026-11-02T11:10:00|cpu=1,gres/gpu:a100=4|0:0",
+    "103|503|lab|someone-else|zed|normal|gpu|FAILED|2026-11-02T10:00:00|2026-11-02T10:00:00|2026-11-02T10:01:00|gres/gpu=1|1:0",
+    "104|504|lab|vision|bob|guar-vision|gpu|RUNNING|2026-11-02T10:00:00|2026-11-02T10:30:00|Unknown|gres/gpu:a100=1|0:0",
     "broken line",
 ]  # fmt: skip
 
@@ -130,7 +130,8 @@ def test_sacct_records_each_job_once_with_its_runs_and_says_what_it_could_not_ma
     assert run.status == SourceStatus.PARTIAL and run.counts["jobs"] == 4 and run.counts["problems"] == 1
     assert run.problems[0]["line"] == 6 and "fields" in run.problems[0]["error"]
     assert run.counts["unresolved_account"] == 1 and "someone-else" in run.message
-    records = {r.scheduler_id: r for r in WorkloadRecord.objects.all()}
+    records = {r.job_id: r for r in WorkloadRecord.objects.all()}
+    assert records["102"].scheduler_id == "102@2026-11-02T10:05:00"
     assert records["103"].unit is None and records["103"].flavor == lab_flavor  # kept, counted; one-flavor cluster
     burst = records["102"]
     assert (burst.unit, burst.state, burst.borrowed, burst.devices) == (org.nlp, "finished", 4, 4)
@@ -141,6 +142,19 @@ def test_sacct_records_each_job_once_with_its_runs_and_says_what_it_could_not_ma
     assert again.counts["jobs"] == 4 and WorkloadRecord.objects.count() == 4  # the same window twice: no change
     assert sum(r.allocations.count() for r in WorkloadRecord.objects.all()) == 5
     assert again.window_start == now - timedelta(hours=1)  # from the last watermark, minus the overlap
+
+
+def test_a_requeued_run_read_by_a_later_ingest_joins_its_job(org, lab_flavor):
+    """The first run was preempted at 10:40; the requeued run ends at 14:10 and the 14:00 ingest no
+    longer sees the first (it ended before its window): the record still has both runs."""
+    first, second = SACCT[1], SACCT[2].replace("11:10:00", "14:10:00").replace("10:50:00", "13:50:00")
+    usage_ingest_slurm(cluster=org.slurm, lines=[first], now=datetime(2026, 11, 2, 11, 0, tzinfo=UTC))
+    assert WorkloadRecord.objects.get().state == "preempted"
+    usage_ingest_slurm(cluster=org.slurm, lines=[second], now=datetime(2026, 11, 2, 14, 30, tzinfo=UTC))
+    record = WorkloadRecord.objects.get()
+    assert record.state == "finished" and record.allocations.count() == 2
+    assert [e["reason"] for e in record.evictions] == ["PREEMPTED"] and record.held_seconds == 30 * 60 + 20 * 60
+    assert record.admitted_at == datetime(2026, 11, 2, 10, 10, tzinfo=UTC)
 
 
 def test_the_usage_api_groups_and_says_how_much_had_telemetry(org, admin_client: Client):

@@ -38,7 +38,8 @@ def test_typed_and_untyped_counts_are_never_both_counted():
 def test_requeued_jobs_of_the_lab_fold_into_one_workload_with_its_eviction():
     found = runs("slurm-outputs/sacct-parsable2-allocations-duplicates.psv", LAB)
     assert not [r for r in found if isinstance(r, LineProblem)]
-    jobs = {job_id: job for (_, job_id), job in fold_runs(found).items()}
+    jobs = {job.job_id: job for job in fold_runs(found).values()}
+    assert "11@2026-11-29T19:44:22" in {key for _, key in fold_runs(found)}  # id and first submit
     job = jobs["11"]
     assert job.state is EndState.CANCELLED and job.gpus == {"a100": 4} and job.account == "serving"
     assert [e.reason for e in job.evictions] == ["PREEMPTED"]
@@ -72,15 +73,43 @@ def test_running_and_pending_jobs_have_no_end_yet():
 @pytest.mark.parametrize(
     ("line", "error"),
     [
-        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00", "8 fields, expected 12"),
-        ("1|lab|nlp|alice|guar-nlp|gpu|EXPLODED|2026-11-29T19:00:00|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
+        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00", "8 fields, expected 13"),
+        ("1|7|lab|nlp|alice|guar-nlp|gpu|EXPLODED|2026-11-29T19:00:00|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
          "unknown job state 'EXPLODED'"),
-        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|yesterday|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
+        ("1|7|lab|nlp|alice|guar-nlp|gpu|COMPLETED|yesterday|2026-11-29T19:00:00|2026-11-29T19:01:00||0:0",
          "is not ISO 8601"),
-        ("1|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00|2026-11-29T19:05:00|2026-11-29T19:01:00||0:0",
+        ("1|7|lab|nlp|alice|guar-nlp|gpu|COMPLETED|2026-11-29T19:00:00|2026-11-29T19:05:00|2026-11-29T19:01:00||0:0",
          "before it starts: clock skew?"),
     ],
 )  # fmt: skip
 def test_a_bad_line_is_kept_with_its_number_and_the_reason(line, error):
     (found,) = parse_sacct(["", line], zone=UTC)
     assert isinstance(found, LineProblem) and found.line == 2 and error in found.error
+
+
+def test_runs_of_one_job_listed_apart_fold_in_the_order_they_ran():
+    """sacct lists a requeued job's runs by submit time, other jobs in between (seen on the lab)."""
+    day = "2026-12-01T02:32"
+    lines = [
+        f"9|20|lab|nlp|alice|burst-nlp|gpu|PREEMPTED|{day}:10|{day}:10|{day}:31|gres/gpu:a100=4|0:0",
+        f"10|19|lab|nlp|alice|guar-nlp|gpu|COMPLETED|{day}:10|{day}:10|{day}:32|gres/gpu:a100=1|0:0",
+        f"9|25|lab|nlp|alice|burst-nlp|gpu|CANCELLED by 0|{day}:31|{day}:32|{day}:32|gres/gpu:a100=4|0:0",
+    ]
+    jobs = fold_runs(r for r in parse_sacct(reversed(lines), zone=UTC) if not isinstance(r, LineProblem))
+    (job,) = [j for j in jobs.values() if j.job_id == "9"]
+    assert job.state is EndState.CANCELLED and [e.reason for e in job.evictions] == ["PREEMPTED"]
+    assert len(job.runs) == 2 and job.held_seconds == 21
+    twice = fold_runs(r for r in parse_sacct(lines + lines, zone=UTC) if not isinstance(r, LineProblem))
+    assert len(twice[("lab", "9@2026-12-01T02:32:10")].runs) == 2  # a run read twice counts once
+
+
+def test_a_job_id_handed_out_again_after_a_reset_is_another_job():
+    lines = [
+        "16|30|lab|nlp|alice|guar-nlp|gpu|REQUEUED|2026-12-01T02:41:40|2026-12-01T02:43:41|2026-12-01T02:43:43|gres/gpu:a100=2|0:0",
+        "16|31|lab|nlp|alice|guar-nlp|gpu|CANCELLED by 0|2026-12-01T02:43:43|None|2026-12-01T02:43:44|gres/gpu:a100=2|0:0",  # noqa: E501
+        "16|52|lab|vision|bob|guar-vision|gpu|COMPLETED|2026-12-01T05:10:00|2026-12-01T05:10:01|2026-12-01T05:11:00|gres/gpu:a100=1|0:0",
+    ]  # fmt: skip
+    jobs = fold_runs(r for r in parse_sacct(lines, zone=UTC) if not isinstance(r, LineProblem))
+    assert sorted(key for _, key in jobs) == ["16@2026-12-01T02:41:40", "16@2026-12-01T05:10:00"]
+    assert jobs[("lab", "16@2026-12-01T02:41:40")].state is EndState.CANCELLED
+    assert jobs[("lab", "16@2026-12-01T05:10:00")].account == "vision"
