@@ -23,6 +23,11 @@ app.conf.beat_schedule = {
         "schedule": float(env_int("ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS", 300)),
         "args": ("kubernetes",),
     },
+    "usage-slurm-ingest": {  # sacct over a window from the last watermark, with an hour's overlap
+        "task": "accounting.tasks.ingest_all_slurm",
+        "schedule": float(env_int("ALLOT_USAGE_SLURM_SECONDS", 300)),
+    },
+    "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
     "slurm-drift-check": {  # each check costs slurmdbd four reads
         "task": "quotas.tasks.drift_check",
         "schedule": float(env_int("ALLOT_SLURM_DRIFT_CHECK_SECONDS", 900)),

@@ -162,9 +162,10 @@ def _time(value: str, zone: tzinfo) -> datetime | None:
 
 
 def parse_sacct(
-    lines: Iterable[str], *, zone: tzinfo, fields: tuple[str, ...] = FIELDS
+    lines: Iterable[str], *, zone: tzinfo, fields: tuple[str, ...] = FIELDS, cluster: str | None = None
 ) -> Iterator[SacctRun | LineProblem]:
-    """Each line as a run, or as a LineProblem saying what is wrong with it. Blank lines are skipped."""
+    """Each line as a run, or as a LineProblem saying what is wrong with it. Blank lines are skipped.
+    ``cluster`` names the cluster of every run (whatever sacct's Cluster column says)."""
     index = {name: i for i, name in enumerate(fields)}
     for number, raw in enumerate(lines, 1):
         text = raw.rstrip("\n")
@@ -203,7 +204,7 @@ def parse_sacct(
             continue
         yield SacctRun(
             job_id=get["JobIDRaw"],
-            cluster=get["Cluster"],
+            cluster=cluster if cluster is not None else get["Cluster"],
             account=get["Account"],
             user=get["User"],
             qos=get["QOS"],

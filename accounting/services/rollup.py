@@ -60,38 +60,42 @@ FROM (
 GROUP BY unit_id, flavor_id, hour
 """
 
-# PostgreSQL: guarantee-hours for every hour a successful Slurm ingest covered (the last one only for
-# the minutes it covered), then the allocations clipped to each hour added on top (one row per
-# unit × flavor × hour).
-SLURM_GUARANTEE = """
+# PostgreSQL, one statement: guarantee-hours for every hour a successful Slurm ingest covered (the
+# last only for the minutes it covered) joined with the allocations clipped to each hour (device-
+# seconds per run and hour). One row per unit × flavor × hour; added to a row the samples wrote.
+SLURM = """
+WITH allocated AS (
+  SELECT unit_id, flavor_id, h,
+         SUM(devices * secs) / 3600.0 AS allocated, SUM((devices - borrowed) * secs) / 3600.0 AS within,
+         SUM(borrowed * secs) / 3600.0 AS borrowed
+  FROM (
+    SELECT a.unit_id, a.flavor_id, a.devices, a.borrowed, h,
+           EXTRACT(EPOCH FROM (LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h))) AS secs
+    FROM accounting_allocation a
+    CROSS JOIN LATERAL generate_series(date_trunc('hour', GREATEST(a.start, %(start)s)),
+                                       LEAST(COALESCE(a."end", %(now)s), %(end)s) - interval '1 microsecond',
+                                       interval '1 hour') AS h
+    WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
+      AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
+  ) runs
+  GROUP BY unit_id, flavor_id, h
+), guaranteed AS (
+  SELECT q.unit_id, q.flavor_id, h,
+         LEAST(60, FLOOR(EXTRACT(EPOCH FROM (%(covered)s::timestamptz - h)) / 60))::int AS m, q.guarantee
+  FROM quotas_quota q
+  JOIN quotas_resourceflavor f ON f.id = q.flavor_id
+  JOIN quotas_cluster c ON c.id = f.cluster_id AND c.kind = 'slurm'
+  CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
+                                     %(covered)s::timestamptz - interval '1 microsecond', interval '1 hour') AS h
+  WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
+)
 INSERT INTO accounting_usagehour ({columns})
-SELECT q.unit_id, q.flavor_id, h, m, q.guarantee * m / 60.0, 0, 0, 0, 0, 0, NULL, NULL, FALSE, 0, 0
-FROM quotas_quota q
-JOIN quotas_resourceflavor f ON f.id = q.flavor_id
-JOIN quotas_cluster c ON c.id = f.cluster_id AND c.kind = 'slurm'
-CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
-                                   %(covered)s::timestamptz - interval '1 microsecond', interval '1 hour') AS h
-CROSS JOIN LATERAL (SELECT LEAST(60, FLOOR(EXTRACT(EPOCH FROM (%(covered)s::timestamptz - h)) / 60))::int AS m) AS covered_minutes
-WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
-  AND NOT EXISTS (SELECT 1 FROM accounting_usagehour u
-                  WHERE u.unit_id = q.unit_id AND u.flavor_id = q.flavor_id AND u.hour = h)
-"""
-SLURM_ALLOCATED = """
-INSERT INTO accounting_usagehour ({columns})
-SELECT unit_id, flavor_id, h, 60, 0, SUM(devices * secs) / 3600.0, SUM((devices - borrowed) * secs) / 3600.0,
-       SUM(borrowed * secs) / 3600.0, 0, 0, NULL, NULL, FALSE, 0, 0
-FROM (
-  SELECT a.unit_id, a.flavor_id, a.devices, a.borrowed, h,
-         EXTRACT(EPOCH FROM (LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h))) AS secs
-  FROM accounting_allocation a
-  CROSS JOIN LATERAL generate_series(date_trunc('hour', GREATEST(a.start, %(start)s)),
-                                     LEAST(COALESCE(a."end", %(now)s), %(end)s) - interval '1 microsecond',
-                                     interval '1 hour') AS h
-  WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
-    AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
-) x
-GROUP BY unit_id, flavor_id, h
+SELECT COALESCE(g.unit_id, a.unit_id), COALESCE(g.flavor_id, a.flavor_id), COALESCE(g.h, a.h),
+       COALESCE(g.m, 60), COALESCE(g.guarantee * g.m / 60.0, 0), COALESCE(a.allocated, 0), COALESCE(a.within, 0),
+       COALESCE(a.borrowed, 0), 0, 0, NULL, NULL, FALSE, 0, 0
+FROM guaranteed g FULL OUTER JOIN allocated a ON a.unit_id = g.unit_id AND a.flavor_id = g.flavor_id AND a.h = g.h
 ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
+  guarantee = accounting_usagehour.guarantee + EXCLUDED.guarantee,
   allocated = accounting_usagehour.allocated + EXCLUDED.allocated,
   within = accounting_usagehour.within + EXCLUDED.within,
   borrowed = accounting_usagehour.borrowed + EXCLUDED.borrowed
@@ -109,10 +113,8 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
     with connection.cursor() as cursor:
         cursor.execute(SAMPLES.format(columns=COLUMNS, hour=_hour("s.at")), params)
         if connection.vendor == "postgresql":
-            covered = _slurm_covered(end)
-            if covered and covered > start:
-                cursor.execute(SLURM_GUARANTEE.format(columns=COLUMNS), {**params, "covered": min(covered, end)})
-            cursor.execute(SLURM_ALLOCATED.format(columns=COLUMNS), params)
+            covered = max(start, min(_slurm_covered(end) or start, end))  # no guarantee-hours past what was read
+            cursor.execute(SLURM.format(columns=COLUMNS), {**params, "covered": adapt(covered)})
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
 

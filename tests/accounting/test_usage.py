@@ -46,7 +46,7 @@ def test_rollups_in_sql_match_the_attribution_rule_minute_by_minute(org):
     usage_rollup(start=T0, end=T0 + timedelta(hours=3))
     lendable = {"nlp": 15, "vision": 10, "ops": 0}
     expected: dict[tuple[str, datetime], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    by_minute = defaultdict(dict)
+    by_minute: dict[datetime, dict[str, UnitInterval]] = defaultdict(dict)
     for at, unit, _, quota, held, queued in rows:
         by_minute[at][unit] = UnitInterval(quota, lendable[unit], held, queued)
     for at, interval in by_minute.items():
@@ -173,3 +173,21 @@ def test_the_usage_api_groups_and_says_how_much_had_telemetry(org, admin_client:
     assert rows["acme/research/nlp"]["active_h"] is None  # not measured: null, never zero
     bad = admin_client.get("/api/v1/usage/", {"group_by": "team"})
     assert bad.status_code == 400 and "unknown grouping team" in str(bad.json()["group_by"])
+
+
+def test_the_tasks_ingest_every_enabled_slurm_cluster_and_rebuild_recent_rollups(org, lab_flavor, settings):
+    from accounting.models import SourceRun
+    from accounting.tasks import ingest_all_slurm, rollup_recent
+
+    from config.celery import app
+
+    settings.ALLOT_SLURM_SACCT = "/nonexistent/sacct"  # a site whose Slurm client is missing
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # the queued ingest runs here
+    try:
+        assert ingest_all_slurm() == [org.slurm.pk]
+    finally:
+        app.conf.task_always_eager = eager
+    run = SourceRun.objects.get(cluster=org.slurm)
+    assert run.status == SourceStatus.FAILED and "not installed" in run.message and run.watermark is None
+    usage_replay_load(lines=replay(random_rows(minutes=30)), cluster=org.cluster, units={"nlp": org.nlp}, name="t")
+    assert rollup_recent(hours=24 * 40) == 1 and UsageHour.objects.get().minutes == 30

@@ -1,0 +1,37 @@
+"""Celery tasks of accounting: take ids, call one service, idempotent (a usage window read twice, or a
+rollup rebuilt twice, writes the same rows)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.db import OperationalError
+from django.utils import timezone
+
+from accounting.services import usage_ingest_slurm, usage_rollup
+from quotas.models import Cluster, ClusterKind
+
+
+@shared_task(name="accounting.tasks.ingest_slurm", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)
+def ingest_slurm(cluster_id: int) -> dict[str, object]:
+    """Ingest one Slurm cluster's jobs from its last watermark. Slurm's failures are recorded on the
+    source run, not raised; only database trouble is retried."""
+    run = usage_ingest_slurm(cluster=Cluster.objects.get(pk=cluster_id))
+    return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
+@shared_task(name="accounting.tasks.ingest_all_slurm")
+def ingest_all_slurm() -> list[int]:
+    """From beat: queue an ingest of every enabled Slurm cluster."""
+    ids = list(Cluster.objects.filter(kind=ClusterKind.SLURM, enabled=True).values_list("pk", flat=True))
+    for cluster_id in ids:
+        ingest_slurm.delay(cluster_id)
+    return ids
+
+
+@shared_task(name="accounting.tasks.rollup_recent")
+def rollup_recent(hours: int = 48) -> int:
+    """From beat: rebuild the rollups of the last ``hours`` (late and corrected records land there)."""
+    now = timezone.now()
+    return usage_rollup(start=now - timedelta(hours=hours), end=now + timedelta(hours=1), now=now)
