@@ -1,5 +1,6 @@
 from django.urls import path
 
+from accounting import views as accounting_views
 from quotas.portal import clusters, edit, views
 
 app_name = "quotas"
@@ -15,4 +16,5 @@ urlpatterns = [
     path("clusters/", clusters.clusters, name="clusters"),
     path("clusters/<str:name>/slurm/<str:what>/", clusters.slurm_file, name="slurm-file"),
     path("sync-runs/<int:run_id>/", clusters.sync_run, name="sync-run"),
+    path("usage/sources/", accounting_views.sources, name="usage-sources"),
 ]

@@ -178,7 +178,6 @@ def test_the_usage_api_groups_and_says_how_much_had_telemetry(org, admin_client:
 def test_the_tasks_ingest_every_enabled_slurm_cluster_and_rebuild_recent_rollups(org, lab_flavor, settings):
     from accounting.models import SourceRun
     from accounting.tasks import ingest_all_slurm, rollup_recent
-
     from config.celery import app
 
     settings.ALLOT_SLURM_SACCT = "/nonexistent/sacct"  # a site whose Slurm client is missing
@@ -191,3 +190,14 @@ def test_the_tasks_ingest_every_enabled_slurm_cluster_and_rebuild_recent_rollups
     assert run.status == SourceStatus.FAILED and "not installed" in run.message and run.watermark is None
     usage_replay_load(lines=replay(random_rows(minutes=30)), cluster=org.cluster, units={"nlp": org.nlp}, name="t")
     assert rollup_recent(hours=24 * 40) == 1 and UsageHour.objects.get().minutes == 30
+
+
+def test_the_sources_page_shows_each_sources_last_run_its_problems_and_watermark(org, lab_flavor, admin_client):
+    usage_replay_load(lines=[*replay(random_rows(minutes=3)), "2026-11-02T10:09,nlp,a100,30,-4,0"], cluster=org.cluster,
+                      units={"nlp": org.nlp}, name="week.csv")  # fmt: skip
+    usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=datetime(2026, 11, 2, 12, 0, tzinfo=UTC))
+    page = admin_client.get("/usage/sources/").content.decode()
+    assert "Replay file" in page and "week.csv" in page and "cannot be negative" in page
+    assert "Slurm (sacct)" in page and "accounts that map to no unit: someone-else" in page
+    assert "2026-11-02 12:00 UTC" in page  # the Slurm watermark
+    assert "unresolved_account 1" in page
