@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
 from accounting.models import UsageHour
@@ -86,3 +86,43 @@ def _expected_minutes(row: dict[str, Any], start: datetime | None, end: datetime
         following = first + timedelta(days=1) if period == "day" else (first + timedelta(days=32)).replace(day=1)
         lo, hi = max(lo, first), min(hi, following)
     return max(0, int((hi - lo).total_seconds() // 60)) * int(row["pairs"])
+
+
+def unit_usage_days(path: str, *, days: int = 31) -> list[Any]:
+    """Per day, over the last ``days`` days that have usage for ``path`` and everything below: what
+    its units' own workloads held within their guarantees, borrowed, lent and queued (device-hours;
+    each unit's rows count only its own workloads, so the subtree adds up), and how many hours had
+    telemetry (a day with none is a gap). The guarantee is left to the caller. Two queries."""
+    from accounting.charts import Day
+
+    rows = usage_hours(within=path)
+    last = rows.aggregate(last=Max("hour"))["last"]
+    if last is None:
+        return []
+    end = (last + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = end - timedelta(days=days)
+    found = {
+        r["day"].date(): r
+        for r in rows.filter(hour__gte=start, hour__lt=end)
+        .annotate(day=TruncDay("hour"))
+        .values("day")
+        .annotate(
+            minutes=Sum("minutes"),
+            pairs=Count(F("unit_id") * 1_000_003 + F("flavor_id"), distinct=True),
+            within=Sum("within"),
+            borrowed=Sum("borrowed"),
+            lent=Sum("lent"),
+            pending=Sum("pending"),
+        )
+    }
+    out = []
+    for i in range(days):
+        day = (start + timedelta(days=i)).date()
+        row = found.get(day)
+        hours = row["minutes"] / 60 / row["pairs"] if row else 0.0
+        out.append(
+            Day(day, hours, 0.0, row["within"], row["borrowed"], row["lent"], row["pending"])
+            if row
+            else Day(day, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        )
+    return out

@@ -69,6 +69,27 @@ def _unit_or_404(unit_id: int) -> OrgUnit:
     return get_object_or_404(OrgUnit.objects.select_related("parent", "contract"), pk=unit_id, archived_at__isnull=True)
 
 
+def _usage(unit: OrgUnit, chart_rows: list[tuple[str, int, int, int | None]]) -> tuple[Any, int]:
+    """The unit's usage chart (accounting's rollups), its guarantee line from today's quota."""
+    from dataclasses import replace
+
+    from accounting.charts import usage_chart
+    from accounting.selectors import unit_usage_days
+
+    days = unit_usage_days(unit.path)
+    guarantee = sum(g for _, g, _, _ in chart_rows)
+    days = [replace(d, guarantee=guarantee * d.hours) for d in days]
+    return usage_chart(days, sum(c for _, _, c, _ in chart_rows)), len(days)
+
+
+def _usage_source(unit: OrgUnit) -> str:
+    """Where the usage shown comes from, as its clusters describe it (the demo's trace: its attribution)."""
+    from accounting.selectors import usage_hours
+
+    found = usage_hours(within=unit.path).values_list("flavor__cluster__description", flat=True).distinct()[:3]
+    return "; ".join(d for d in found if d)
+
+
 @login_required
 def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
     unit = _unit_or_404(unit_id)
@@ -95,10 +116,15 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         if q.resource == "nvidia.com/gpu"
     ]
     bars, height = quota_bars(chart_rows)
+    usage, usage_days = _usage(unit, chart_rows)
     return render(
         request,
         "quotas/unit.html",
         {
+            "usage": usage,
+            "usage_days": usage_days,
+            "usage_source": _usage_source(unit) if usage else "",
+            "usage_ceiling": sum(c for _, _, c, _ in chart_rows),
             "unit": unit,
             "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource))) for q in quotas],
             "contract": contract,

@@ -201,3 +201,16 @@ def test_the_sources_page_shows_each_sources_last_run_its_problems_and_watermark
     assert "Slurm (sacct)" in page and "accounts that map to no unit: someone-else" in page
     assert "2026-11-02 12:00 UTC" in page  # the Slurm watermark
     assert "unresolved_account 1" in page
+
+
+def test_a_units_page_draws_its_use_per_day_with_gaps_marked(org, admin_client):
+    rows = [r for r in random_rows(minutes=60) if r[1] == "nlp"]
+    later = [(at + timedelta(days=2), u, f, q, h, w) for at, u, f, q, h, w in rows]  # a day with nothing between
+    usage_replay_load(lines=replay(rows + later), cluster=org.cluster, units={"nlp": org.nlp}, name="days")
+    usage_rollup(start=T0, end=T0 + timedelta(days=3))
+    page = admin_client.get(f"/units/{org.nlp.pk}/").content.decode()
+    assert "Use over time" in page and "GPUs over 31 days" in page
+    assert page.count("no telemetry (a gap, not idle)") == 29  # 31 days shown, 2 with data
+    held = sum(UsageHour.objects.filter(unit=org.nlp, hour=T0).values_list("allocated", flat=True))
+    assert f"held {held:.1f}" in page  # each day's numbers are on the chart
+    assert "Use over time" not in admin_client.get(f"/units/{org.ops.pk}/").content.decode()  # no usage: no chart
