@@ -126,3 +126,17 @@ def unit_usage_days(path: str, *, days: int = 31) -> list[Any]:
             else Day(day, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         )
     return out
+
+
+def latest_usage() -> list[dict[str, Any]]:
+    """Each unit × flavor's latest rolled-up hour (one query): what Prometheus scrapes."""
+    last = UsageHour.objects.aggregate(last=Max("hour"))["last"]
+    if last is None:
+        return []
+    return [
+        dict(row)
+        for row in UsageHour.objects.filter(hour=last, minutes__gt=0).values(
+            "unit__path", "flavor__name", "flavor__cluster__name", "minutes", "guarantee", "allocated", "borrowed",
+            "lent", "pending", "hour",
+        )
+    ]  # fmt: skip

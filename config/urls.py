@@ -4,6 +4,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from accounting.metrics import usage_metrics
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness of the web process (no database call: a database outage is not a reason to restart)."""
@@ -12,6 +14,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics/usage", usage_metrics, name="usage-metrics"),
     path("", include("quotas.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

@@ -214,3 +214,27 @@ def test_a_units_page_draws_its_use_per_day_with_gaps_marked(org, admin_client):
     held = sum(UsageHour.objects.filter(unit=org.nlp, hour=T0).values_list("allocated", flat=True))
     assert f"held {held:.1f}" in page  # each day's numbers are on the chart
     assert "Use over time" not in admin_client.get(f"/units/{org.ops.pk}/").content.decode()  # no usage: no chart
+
+
+def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for_what_is_exported(
+    org, client, settings
+):
+    import json
+    import re
+    from pathlib import Path
+
+    settings.ALLOT_METRICS_TOKEN = "scrape-me"
+    usage_replay_load(lines=replay(random_rows(minutes=90)), cluster=org.cluster, units={"nlp": org.nlp}, name="m")
+    usage_rollup(start=T0, end=T0 + timedelta(hours=2))
+    assert client.get("/metrics/usage").status_code == 401
+    text = client.get("/metrics/usage", headers={"Authorization": "Bearer scrape-me"}).content.decode()
+    last = UsageHour.objects.get(unit=org.nlp, hour=T0 + timedelta(hours=1))
+    labels = 'cluster="west",flavor="a100",unit="acme/research/nlp"'
+    found = re.search(rf"^allot_unit_allocated{{{labels}}} (\S+)$", text, re.M)
+    assert found and float(found[1]) == pytest.approx(last.allocated / (last.minutes / 60))  # devices, 30 minutes
+    stamp = re.search(r"^allot_usage_hour_timestamp_seconds (\S+)$", text, re.M)
+    assert stamp and float(stamp[1]) == (T0 + timedelta(hours=1)).timestamp()
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/allot-usage.json").read_text())
+    asked = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"allot_[a-z_]+", t["expr"])}
+    exported = set(re.findall(r"^# TYPE (allot_[a-z_]+) gauge", text, re.M))
+    assert asked and asked <= exported

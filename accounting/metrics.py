@@ -1,0 +1,58 @@
+"""Prometheus metrics of usage, for Grafana: each unit × flavor's latest rolled-up hour, as average
+devices over the minutes that had telemetry (``GET /metrics/usage``; deploy/grafana/ has a dashboard).
+
+    allot_unit_guarantee, allot_unit_allocated, allot_unit_borrowed, allot_unit_lent, allot_unit_pending
+      {unit="acme/research/nlp", flavor="a100-80gb", cluster="k8s-west"}
+    allot_usage_hour_timestamp_seconds   the hour they describe
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from accounting.selectors import latest_usage
+
+MEASURES = {
+    "guarantee": "Guarantee, in devices",
+    "allocated": "Devices held by running workloads",
+    "borrowed": "Devices held above the guarantee",
+    "lent": "Devices of the idle guarantee that others used",
+    "pending": "Devices asked for by queued workloads",
+}
+
+
+class UsageCollector(Collector):
+    def collect(self):  # type: ignore[no-untyped-def]
+        rows = latest_usage()
+        families = {
+            m: GaugeMetricFamily(f"allot_unit_{m}", help_text, labels=["unit", "flavor", "cluster"])
+            for m, help_text in MEASURES.items()
+        }
+        for row in rows:
+            hours = row["minutes"] / 60
+            labels = [row["unit__path"], row["flavor__name"], row["flavor__cluster__name"]]
+            for measure, family in families.items():
+                family.add_metric(labels, row[measure] / hours)
+        yield from families.values()
+        stamp = GaugeMetricFamily("allot_usage_hour_timestamp_seconds", "Start of the hour the usage metrics describe")
+        if rows:
+            stamp.add_metric([], rows[0]["hour"].timestamp())
+        yield stamp
+
+
+def usage_metrics(request: HttpRequest) -> HttpResponse:
+    """For a signed-in user, or a scraper sending ``Authorization: Bearer <ALLOT_METRICS_TOKEN>``."""
+    token = settings.ALLOT_METRICS_TOKEN
+    sent = request.META.get("HTTP_AUTHORIZATION", "")
+    scraper = bool(token) and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].encode(), token.encode())
+    if not (scraper or request.user.is_authenticated):
+        return HttpResponse("sign in, or send Authorization: Bearer <ALLOT_METRICS_TOKEN>\n", status=401)
+    registry = CollectorRegistry()
+    registry.register(UsageCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
