@@ -9,6 +9,10 @@ SQL to. ``minutes`` counts minutes with telemetry: an hour without any is a gap,
 From Slurm allocations (PostgreSQL): device-seconds of each run clipped to each hour, borrowed when it
 ran under a burst QOS; guarantee-hours from the unit's guarantee on that flavor for every hour a
 successful ingest covered.
+
+Productive device-hours are an estimate, flagged ``productive_estimated``, until a workload reports
+its progress: allocated minus the work evictions lost (see ``LOST``). Active stays empty (null)
+until a telemetry source measures it.
 """
 
 from __future__ import annotations
@@ -102,6 +106,46 @@ ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
 """
 
 
+# Productive device-hours, an estimate labelled as such until a workload reports progress: allocated
+# minus the work lost to evictions — each run that ended preempted or requeued loses what it did since
+# its last checkpoint, at most the checkpoint cadence of its unit's contract (the whole run when the
+# contract sets none), counted in the hour it was evicted.
+PRODUCTIVE = """
+UPDATE accounting_usagehour SET productive = allocated, productive_estimated = %(true)s
+WHERE hour >= %(start)s AND hour < %(end)s AND productive IS NULL
+"""
+LOST = """
+UPDATE accounting_usagehour u
+SET productive = GREATEST(0, u.productive - lost.device_hours)
+FROM (
+  SELECT a.unit_id, a.flavor_id, date_trunc('hour', a."end") AS h,
+         SUM(a.devices * LEAST(EXTRACT(EPOCH FROM (a."end" - a.start)), {cadence})) / 3600.0 AS device_hours
+  FROM accounting_allocation a
+  WHERE (a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%')
+    AND a."end" >= %(start)s AND a."end" < %(end)s AND a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
+  GROUP BY 1, 2, 3
+) lost
+WHERE u.unit_id = lost.unit_id AND u.flavor_id = lost.flavor_id AND u.hour = lost.h AND u.productive_estimated
+"""
+
+
+def _cadence_sql() -> str:
+    """Each unit's checkpoint cadence (seconds) from its effective contract, as a SQL CASE over the
+    unit id (one snapshot; units whose contract sets none lose the whole run)."""
+    from quotas.selectors import org_snapshot
+
+    snapshot = org_snapshot()
+    cadence = {}
+    for uid in snapshot.units:
+        contract = snapshot.effective_contract(uid)
+        if contract and contract.checkpoint_every_s:
+            cadence[uid] = int(contract.checkpoint_every_s)
+    if not cadence:
+        return "1e18"
+    whens = " ".join(f"WHEN {uid} THEN {seconds}" for uid, seconds in sorted(cadence.items()))
+    return f"(CASE a.unit_id {whens} ELSE 1e18 END)"
+
+
 @transaction.atomic
 def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None) -> int:
     """Rebuild the hourly rollups of [start, end) (whole hours). Returns the rows written."""
@@ -115,6 +159,9 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
         if connection.vendor == "postgresql":
             covered = max(start, min(_slurm_covered(end) or start, end))  # no guarantee-hours past what was read
             cursor.execute(SLURM.format(columns=COLUMNS), {**params, "covered": adapt(covered)})
+        cursor.execute(PRODUCTIVE, {**params, "true": True})
+        if connection.vendor == "postgresql":
+            cursor.execute(LOST.format(cadence=_cadence_sql()), params)
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
 

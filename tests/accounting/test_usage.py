@@ -238,3 +238,22 @@ def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for
     asked = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"allot_[a-z_]+", t["expr"])}
     exported = set(re.findall(r"^# TYPE (allot_[a-z_]+) gauge", text, re.M))
     assert asked and asked <= exported
+
+
+def test_productive_is_an_estimate_labelled_as_such_and_evictions_lose_up_to_a_checkpoint(org, lab_flavor):
+    usage_replay_load(lines=replay(random_rows(minutes=60)), cluster=org.cluster, units={"nlp": org.nlp}, name="p")
+    usage_rollup(start=T0, end=T0 + timedelta(hours=1))
+    hour = UsageHour.objects.get(unit=org.nlp, flavor=org.flavor)
+    assert hour.productive_estimated and hour.productive == hour.allocated  # nothing was evicted
+    assert hour.active is None  # not measured: empty, never zero
+
+
+@pytest.mark.postgres
+def test_a_preempted_run_loses_the_work_since_its_last_checkpoint(org, lab_flavor):
+    usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=datetime(2026, 11, 2, 12, 0, tzinfo=UTC))
+    usage_rollup(start=T0, end=T0 + timedelta(hours=2), now=datetime(2026, 11, 2, 12, 0, tzinfo=UTC))
+    hour = UsageHour.objects.get(unit=org.nlp, flavor=lab_flavor, hour=T0)
+    # job 102 (4 GPUs) was preempted at 10:40 after 30 minutes; the standard contract checkpoints every 15 minutes
+    assert hour.productive_estimated and hour.productive == pytest.approx(hour.allocated - 4 * 15 / 60)
+    later = UsageHour.objects.get(unit=org.nlp, flavor=lab_flavor, hour=T0 + timedelta(hours=1))
+    assert later.productive == pytest.approx(later.allocated)
