@@ -140,6 +140,8 @@ class SlurmJob:
 
 def gpus_from_tres(tres: str) -> dict[str | None, int]:
     """GPUs in a TRES string: ``{type: n}`` when typed counts are present, else ``{None: n}``."""
+    if "gres/gpu" not in tres:
+        return {}
     typed: dict[str | None, int] = {}
     untyped = 0
     for part in tres.split(","):

@@ -67,6 +67,9 @@ class _Tally:
     counts: dict[str, int] = field(default_factory=lambda: {"lines": 0, "jobs": 0, "problems": 0})
     problems: list[dict[str, object]] = field(default_factory=list)
     unresolved: set[str] = field(default_factory=set)
+    written: set[str] = field(default_factory=set)
+    """Job ids this ingest has written: only these, and jobs recorded before it, can have runs stored."""
+    history: bool = True
 
     def add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -140,6 +143,7 @@ def usage_ingest_slurm(
         with transaction.atomic():
             run.save()
             maps = _maps(cluster)
+            tally.history = WorkloadRecord.objects.filter(cluster=cluster).exists()
             parsed = parse_sacct(_counted(lines, tally), zone=zone, fields=FIELDS, cluster=cluster.name)
             for batch in _batches(parsed, tally):
                 _write(run, cluster, maps, batch, tally)
@@ -249,7 +253,9 @@ def _write(run: SourceRun, cluster: Cluster, maps: _Maps, runs: list[SacctRun], 
     """Fold one batch of runs with the runs recorded earlier for the same jobs, upsert the records and
     replace their allocations (a run read again — a corrected record — wins over the stored one)."""
     keys = {r.run_key for r in runs}
-    known = [r for r in _known_runs(cluster, {r.job_id for r in runs}) if r.run_key not in keys]
+    job_ids = {r.job_id for r in runs}
+    stored = job_ids if tally.history else job_ids & tally.written  # a first ingest asks only about its own
+    known = [r for r in _known_runs(cluster, stored) if r.run_key not in keys] if stored else []
     jobs = list(fold_runs([*known, *runs]).values())
     records = [_record(run, cluster, maps, job, tally) for job in jobs]
     write = _write_postgres if connection.vendor == "postgresql" else _write_orm
@@ -265,6 +271,7 @@ def _write(run: SourceRun, cluster: Cluster, maps: _Maps, runs: list[SacctRun], 
     _replace_allocations(list(ids.values()), allocations)
     tally.add("jobs", len(jobs))
     tally.add("allocations", len(allocations))
+    tally.written |= job_ids
 
 
 def _write_orm(records: list[dict[str, Any]]) -> dict[str, int]:
