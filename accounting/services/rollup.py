@@ -33,7 +33,7 @@ COLUMNS = (
 SAMPLES = """
 INSERT INTO accounting_usagehour ({columns})
 SELECT unit_id, flavor_id, hour, COUNT(*), SUM(g) / 60.0, SUM(a) / 60.0, SUM(w) / 60.0, SUM(b) / 60.0,
-       SUM(lent) / 60.0, SUM(q) / 60.0, NULL, NULL, %(false)s, SUM(full_), SUM(queued_)
+       SUM(lent) / 60.0, SUM(q) / 60.0, NULL, SUM(a) / 60.0, %(true)s, SUM(full_), SUM(queued_)
 FROM (
   SELECT x.*,
          CASE WHEN tb - unguaranteed > 0 AND offered > 0
@@ -96,24 +96,21 @@ WITH allocated AS (
 INSERT INTO accounting_usagehour ({columns})
 SELECT COALESCE(g.unit_id, a.unit_id), COALESCE(g.flavor_id, a.flavor_id), COALESCE(g.h, a.h),
        COALESCE(g.m, 60), COALESCE(g.guarantee * g.m / 60.0, 0), COALESCE(a.allocated, 0), COALESCE(a.within, 0),
-       COALESCE(a.borrowed, 0), 0, 0, NULL, NULL, FALSE, 0, 0
+       COALESCE(a.borrowed, 0), 0, 0, NULL, COALESCE(a.allocated, 0), TRUE, 0, 0
 FROM guaranteed g FULL OUTER JOIN allocated a ON a.unit_id = g.unit_id AND a.flavor_id = g.flavor_id AND a.h = g.h
 ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
   guarantee = accounting_usagehour.guarantee + EXCLUDED.guarantee,
   allocated = accounting_usagehour.allocated + EXCLUDED.allocated,
   within = accounting_usagehour.within + EXCLUDED.within,
-  borrowed = accounting_usagehour.borrowed + EXCLUDED.borrowed
+  borrowed = accounting_usagehour.borrowed + EXCLUDED.borrowed,
+  productive = accounting_usagehour.productive + EXCLUDED.productive
 """
 
 
 # Productive device-hours, an estimate labelled as such until a workload reports progress: allocated
-# minus the work lost to evictions — each run that ended preempted or requeued loses what it did since
-# its last checkpoint, at most the checkpoint cadence of its unit's contract (the whole run when the
-# contract sets none), counted in the hour it was evicted.
-PRODUCTIVE = """
-UPDATE accounting_usagehour SET productive = allocated, productive_estimated = %(true)s
-WHERE hour >= %(start)s AND hour < %(end)s AND productive IS NULL
-"""
+# (written with it above) minus the work lost to evictions — each run that ended preempted or
+# requeued loses what it did since its last checkpoint, at most the checkpoint cadence of its unit's
+# contract (the whole run when the contract sets none), counted in the hour it was evicted.
 LOST = """
 UPDATE accounting_usagehour u
 SET productive = GREATEST(0, u.productive - lost.device_hours)
@@ -153,13 +150,12 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
     start = start.replace(minute=0, second=0, microsecond=0)
     UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
     adapt = connection.ops.adapt_datetimefield_value  # SQLite compares datetimes as text in its own format
-    params: dict[str, Any] = {"start": adapt(start), "end": adapt(end), "now": adapt(now), "false": False}
+    params: dict[str, Any] = {"start": adapt(start), "end": adapt(end), "now": adapt(now), "true": True}
     with connection.cursor() as cursor:
         cursor.execute(SAMPLES.format(columns=COLUMNS, hour=_hour("s.at")), params)
         if connection.vendor == "postgresql":
             covered = max(start, min(_slurm_covered(end) or start, end))  # no guarantee-hours past what was read
             cursor.execute(SLURM.format(columns=COLUMNS), {**params, "covered": adapt(covered)})
-        cursor.execute(PRODUCTIVE, {**params, "true": True})
         if connection.vendor == "postgresql":
             cursor.execute(LOST.format(cadence=_cadence_sql()), params)
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
