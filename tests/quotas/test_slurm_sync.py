@@ -404,6 +404,21 @@ def test_import_refuses_an_organisation_that_exists(lab):
         call_command("allot_import_slurm", "--cluster", lab.slurm.name)
 
 
+def _submit_start(job):
+    """The job's submit and start times from slurmdbd: its latest record (a job id the local stack hands
+    out again after a restart also names older jobs), once slurmdbd has the start (it lags squeue)."""
+    import time
+    from datetime import datetime
+
+    for _ in range(60):
+        lines = _sh("sacct", "-n", "-X", "-P", "-S", "now-30minutes", "-j", job, "-o", "Submit,Start").stdout.split()
+        if lines and "Unknown" not in lines[-1]:
+            submit, start = (datetime.fromisoformat(t) for t in lines[-1].split("|"))
+            return submit, start
+        time.sleep(0.5)
+    raise AssertionError(f"slurmdbd has no start for job {job}: {lines}")
+
+
 def _state(job):
     return _sh("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
 
@@ -426,7 +441,6 @@ def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(
     contract's reclaim_within and written to artifacts/reclamation.json."""
     import json
     import time
-    from datetime import datetime
     from pathlib import Path
 
     from quotas.services.slurm_policy import slurm_policy_publish
@@ -478,8 +492,7 @@ def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(
         owner = sbatch("alice", "ops", 2)  # inside ops's guarantee; only 1 GPU is free
         jobs.append(owner)
         assert _wait(owner, {"RUNNING"}, seconds=180), (_state(owner), _state(borrower))
-        info = _sh("sacct", "-n", "-X", "-P", "-j", owner, "-o", "Submit,Start", check=True).stdout.split()[0]
-        submit, start = (datetime.fromisoformat(t) for t in info.split("|"))
+        submit, start = _submit_start(owner)
         reclaim_s = (start - submit).total_seconds()
         shown = _sh("scontrol", "show", "job", borrower).stdout
         assert "Restarts=1" in shown and _state(borrower) in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), shown
