@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from accounting.models import SourceRun, WorkloadRecord
 from accounting.selectors import GROUPS, MEASURES, usage_hours, usage_summary
+from quotas.selectors import subtree
 
 
 class UsageQuery(serializers.Serializer):
@@ -99,7 +100,7 @@ class WorkloadRecordFilter(django_filters.FilterSet):
         fields = ["state", "owner", "account", "tier"]
 
     def filter_within(self, queryset: QuerySet[WorkloadRecord], name: str, value: str) -> QuerySet[Any]:
-        return queryset.filter(Q(unit__path=value) | Q(unit__path__startswith=f"{value}/"))
+        return queryset.filter(subtree("unit__path", value))
 
 
 class WorkloadRecordViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

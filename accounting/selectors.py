@@ -9,6 +9,7 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
 from accounting.models import UsageHour
+from quotas.selectors import subtree
 
 GROUPS = {
     "unit": ("unit_path", F("unit__path")),
@@ -30,7 +31,7 @@ def usage_hours(
 ) -> QuerySet[UsageHour]:
     rows = UsageHour.objects.all()
     if within:
-        rows = rows.filter(Q(unit__path=within) | Q(unit__path__startswith=f"{within}/"))
+        rows = rows.filter(subtree("unit__path", within))
     if flavor:
         rows = rows.filter(flavor__name=flavor.rsplit("/", 1)[-1])
         if "/" in flavor:

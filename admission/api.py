@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from rest_framework import mixins, serializers, viewsets
 
 from admission.models import AdmissionDecision
+from quotas.selectors import subtree
 
 
 class AdmissionDecisionOut(serializers.ModelSerializer):
@@ -41,7 +42,7 @@ class DecisionFilter(django_filters.FilterSet):
         fields = ["namespace", "reason", "allowed", "owner", "cluster", "webhook", "uid"]
 
     def filter_within(self, queryset: QuerySet[AdmissionDecision], name: str, value: str) -> QuerySet[Any]:
-        return queryset.filter(Q(unit_path=value) | Q(unit_path__startswith=f"{value}/"))
+        return queryset.filter(subtree("unit_path", value))
 
 
 class AdmissionDecisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -28,6 +28,11 @@ from quotas.policy.kueue import KueueFlavor, KueueTarget
 from quotas.policy.quantity import Resource
 
 
+def subtree(field: str, path: str) -> Q:
+    """Rows whose unit path ``field`` is ``path`` or below it (materialised paths)."""
+    return Q(**{field: path}) | Q(**{f"{field}__startswith": f"{path}/"})
+
+
 def active_units() -> QuerySet[OrgUnit]:
     return OrgUnit.objects.filter(archived_at__isnull=True)
 

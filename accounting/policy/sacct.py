@@ -132,11 +132,6 @@ class SlurmJob:
         first = self.runs[0].submit if self.runs else self.submitted
         return f"{self.job_id}@{first:%Y-%m-%dT%H:%M:%S}" if first else self.job_id
 
-    @property
-    def intervals(self) -> tuple[tuple[datetime, datetime | None], ...]:
-        """Each run that started: (start, end); end None while it runs."""
-        return tuple((r.start, r.end) for r in self.runs if r.start)
-
 
 def gpus_from_tres(tres: str) -> dict[str | None, int]:
     """GPUs in a TRES string: ``{type: n}`` when typed counts are present, else ``{None: n}``."""

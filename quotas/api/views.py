@@ -7,7 +7,7 @@ from typing import Any
 
 import django_filters
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -258,7 +258,7 @@ class UnitFilter(django_filters.FilterSet):
         fields = ["kind", "parent", "slug", "path"]
 
     def filter_within(self, queryset: QuerySet[OrgUnit], name: str, value: str) -> QuerySet[OrgUnit]:
-        return queryset.filter(Q(path=value) | Q(path__startswith=f"{value}/"))
+        return queryset.filter(selectors.subtree("path", value))
 
 
 class UnitViewSet(ReadViewSet):
@@ -311,7 +311,7 @@ class QuotaFilter(django_filters.FilterSet):
         fields = ["unit", "flavor", "resource"]
 
     def filter_within(self, queryset: QuerySet[Quota], name: str, value: str) -> QuerySet[Quota]:
-        return queryset.filter(Q(unit__path=value) | Q(unit__path__startswith=f"{value}/"))
+        return queryset.filter(selectors.subtree("unit__path", value))
 
 
 def _parse_if_match(request: Request, quota: Quota) -> int:
@@ -475,7 +475,7 @@ class AuditFilter(django_filters.FilterSet):
         fields = ["action", "object_type", "object_id", "actor_name"]
 
     def filter_within(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> QuerySet[AuditEvent]:
-        return queryset.filter(Q(unit_path=value) | Q(unit_path__startswith=f"{value}/"))
+        return queryset.filter(selectors.subtree("unit_path", value))
 
 
 class AuditViewSet(ReadViewSet):

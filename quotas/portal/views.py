@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
@@ -134,7 +133,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "namespaces": unit.namespaces.select_related("cluster").order_by("cluster__name"),
             "members": Membership.objects.filter(unit=unit).select_related("user"),
             "leads": unit.leads.all(),
-            "events": AuditEvent.objects.filter(Q(unit_path=unit.path) | Q(unit_path__startswith=f"{unit.path}/"))[:10],
+            "events": AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:10],
             "bars": bars,
             "chart_height": height,
             "may_edit": may_request(request.user, unit),
@@ -172,7 +171,7 @@ def _tiers(unit: OrgUnit) -> list[str]:
 @login_required
 def unit_history(request: HttpRequest, unit_id: int) -> HttpResponse:
     unit = _unit_or_404(unit_id)
-    events = AuditEvent.objects.filter(Q(unit_path=unit.path) | Q(unit_path__startswith=f"{unit.path}/"))[:200]
+    events = AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:200]
     return render(request, "quotas/history.html", {"unit": unit, "events": [_diff(e) for e in events]})
 
 
