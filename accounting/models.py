@@ -49,6 +49,9 @@ class SourceRun(models.Model):
     watermark = models.DateTimeField(null=True, blank=True, help_text="Everything before it is ingested.")
     counts = models.JSONField(default=dict, blank=True)
     problems = models.JSONField(default=list, blank=True, help_text="The first problems: line, text, error.")
+    cursor = models.CharField(
+        max_length=64, blank=True, help_text="Kueue: the resourceVersion the next watch resumes from."
+    )
     message = models.TextField(blank=True)
 
     class Meta:
@@ -87,6 +90,12 @@ class WorkloadRecord(models.Model):
     evictions = models.JSONField(default=list, blank=True, help_text="Each eviction: reason and time.")
     held_seconds = models.BigIntegerField(default=0)
     source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
+    track = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Kueue: every run and eviction seen of the Workload, folded one observation at a time "
+        "(a Workload keeps only the last transition of each condition).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from accounting.services import usage_ingest_slurm, usage_rollup
+from accounting.services import usage_ingest_slurm, usage_resync_kueue, usage_rollup
 from quotas.models import Cluster, ClusterKind
 
 
@@ -27,6 +27,24 @@ def ingest_all_slurm() -> list[int]:
     ids = list(Cluster.objects.filter(kind=ClusterKind.SLURM, enabled=True).values_list("pk", flat=True))
     for cluster_id in ids:
         ingest_slurm.delay(cluster_id)
+    return ids
+
+
+@shared_task(name="accounting.tasks.resync_kueue", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)
+def resync_kueue(cluster_id: int) -> dict[str, object]:
+    """List one Kubernetes cluster's Workloads and fold each into its record. An unreachable cluster
+    is recorded on the source run, not raised."""
+    run = usage_resync_kueue(cluster=Cluster.objects.get(pk=cluster_id))
+    return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
+@shared_task(name="accounting.tasks.resync_all_kueue")
+def resync_all_kueue() -> list[int]:
+    """From beat: queue a resync of every enabled Kubernetes cluster that has a connection."""
+    clusters = Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True).exclude(connection_ref="")
+    ids = list(clusters.values_list("pk", flat=True))
+    for cluster_id in ids:
+        resync_kueue.delay(cluster_id)
     return ids
 
 

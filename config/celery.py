@@ -27,6 +27,10 @@ app.conf.beat_schedule = {
         "task": "accounting.tasks.ingest_all_slurm",
         "schedule": float(env_int("ALLOT_USAGE_SLURM_SECONDS", 300)),
     },
+    "usage-kueue-resync": {  # list every Workload; the usage-watcher (allot_watch_kueue) sees transitions live
+        "task": "accounting.tasks.resync_all_kueue",
+        "schedule": float(env_int("ALLOT_USAGE_KUEUE_RESYNC_SECONDS", 900)),
+    },
     "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
     "slurm-drift-check": {  # each check costs slurmdbd four reads
         "task": "quotas.tasks.drift_check",

@@ -187,6 +187,7 @@ ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC")  # the zone sacct 
 ALLOT_METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "")  # what Prometheus sends to GET /metrics/usage
 ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct")  # the sacct binary (a path, where it is not on PATH)
 # ALLOT_USAGE_SLURM_SECONDS (default 300) sets how often beat ingests sacct, in config/celery.py.
+# ALLOT_USAGE_KUEUE_RESYNC_SECONDS (default 900) sets how often beat lists every Kueue Workload, likewise.
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
 ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)

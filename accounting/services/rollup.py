@@ -6,9 +6,10 @@ rest, lent = the unit's share of what borrowers took beyond unguaranteed capacit
 its idle lendable guarantee — the rule of ``accounting.policy.attribution``, which the tests hold this
 SQL to. ``minutes`` counts minutes with telemetry: an hour without any is a gap, not an idle hour.
 
-From Slurm allocations (PostgreSQL): device-seconds of each run clipped to each hour, borrowed when it
-ran under a burst QOS; guarantee-hours from the unit's guarantee on that flavor for every hour a
-successful ingest covered.
+From allocations (PostgreSQL; Slurm jobs and Kueue Workloads alike): device-seconds of each run
+clipped to each hour, its borrowed part as the source fixed it (a burst QOS in Slurm; beyond the
+guarantee at admission in Kueue); guarantee-hours from the unit's guarantee on that flavor for every
+hour a successful ingest of that cluster covered.
 
 Productive device-hours are an estimate, flagged ``productive_estimated``, until a workload reports
 its progress: allocated minus the work evictions lost (see ``LOST``). Active stays empty (null)
@@ -21,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from accounting.models import SourceKind, SourceRun, SourceStatus, UsageHour
@@ -64,10 +66,11 @@ FROM (
 GROUP BY unit_id, flavor_id, hour
 """
 
-# PostgreSQL, one statement: guarantee-hours for every hour a successful Slurm ingest covered (the
-# last only for the minutes it covered) joined with the allocations clipped to each hour (device-
-# seconds per run and hour). One row per unit × flavor × hour; added to a row the samples wrote.
-SLURM = """
+# PostgreSQL, one statement: guarantee-hours for every hour a successful ingest of the flavor's cluster
+# covered (Slurm's sacct, Kueue's list and watch; the last hour only for the minutes it covered)
+# joined with the allocations clipped to each hour (device-seconds per run and hour). One row per
+# unit × flavor × hour; added to a row the samples wrote.
+ALLOCATIONS = """
 WITH allocated AS (
   SELECT unit_id, flavor_id, h,
          SUM(devices * secs) / 3600.0 AS allocated, SUM((devices - borrowed) * secs) / 3600.0 AS within,
@@ -83,14 +86,16 @@ WITH allocated AS (
       AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
   ) runs
   GROUP BY unit_id, flavor_id, h
+), covered AS (
+  SELECT * FROM unnest(%(clusters)s::bigint[], %(covers)s::timestamptz[]) AS c(cluster_id, upto)
 ), guaranteed AS (
   SELECT q.unit_id, q.flavor_id, h,
-         LEAST(60, FLOOR(EXTRACT(EPOCH FROM (%(covered)s::timestamptz - h)) / 60))::int AS m, q.guarantee
+         LEAST(60, FLOOR(EXTRACT(EPOCH FROM (c.upto - h)) / 60))::int AS m, q.guarantee
   FROM quotas_quota q
   JOIN quotas_resourceflavor f ON f.id = q.flavor_id
-  JOIN quotas_cluster c ON c.id = f.cluster_id AND c.kind = 'slurm'
+  JOIN covered c ON c.cluster_id = f.cluster_id
   CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
-                                     %(covered)s::timestamptz - interval '1 microsecond', interval '1 hour') AS h
+                                     c.upto - interval '1 microsecond', interval '1 hour') AS h
   WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
 )
 INSERT INTO accounting_usagehour ({columns})
@@ -110,7 +115,8 @@ ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
 # Productive device-hours, an estimate labelled as such until a workload reports progress: allocated
 # (written with it above) minus the work lost to evictions — each run that ended preempted or
 # requeued loses what it did since its last checkpoint, at most the checkpoint cadence of its unit's
-# contract (the whole run when the contract sets none), counted in the hour it was evicted.
+# contract (the whole run when the contract sets none), counted in the hour it was evicted. Slurm says
+# PREEMPTED or REQUEUED; a Kueue run an eviction ended is written 'evicted <reason>'.
 LOST = """
 UPDATE accounting_usagehour u
 SET productive = GREATEST(0, u.productive - lost.device_hours)
@@ -118,7 +124,7 @@ FROM (
   SELECT a.unit_id, a.flavor_id, date_trunc('hour', a."end") AS h,
          SUM(a.devices * LEAST(EXTRACT(EPOCH FROM (a."end" - a.start)), {cadence})) / 3600.0 AS device_hours
   FROM accounting_allocation a
-  WHERE (a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%')
+  WHERE (a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%' OR a.raw_state LIKE 'evicted %%')
     AND a."end" >= %(start)s AND a."end" < %(end)s AND a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
   GROUP BY 1, 2, 3
 ) lost
@@ -154,9 +160,9 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
     with connection.cursor() as cursor:
         cursor.execute(SAMPLES.format(columns=COLUMNS, hour=_hour("s.at")), params)
         if connection.vendor == "postgresql":
-            covered = max(start, min(_slurm_covered(end) or start, end))  # no guarantee-hours past what was read
-            cursor.execute(SLURM.format(columns=COLUMNS), {**params, "covered": adapt(covered)})
-        if connection.vendor == "postgresql":
+            covered = {c: max(start, min(upto, end)) for c, upto in _covered().items()}  # none past what was read
+            clusters: dict[str, Any] = {"clusters": list(covered), "covers": list(covered.values())}
+            cursor.execute(ALLOCATIONS.format(columns=COLUMNS), {**params, **clusters})
             cursor.execute(LOST.format(cadence=_cadence_sql()), params)
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
@@ -167,12 +173,12 @@ def _hour(column: str) -> str:
     return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
 
 
-def _slurm_covered(end: datetime) -> datetime | None:
-    """Up to when successful Slurm ingests have read (the latest watermark)."""
-    run = (
-        SourceRun.objects.filter(source=SourceKind.SLURM, watermark__isnull=False)
+def _covered() -> dict[int, datetime]:
+    """Per cluster, up to when its successful Slurm or Kueue ingests have read (the latest watermark)."""
+    runs = (
+        SourceRun.objects.filter(source__in=[SourceKind.SLURM, SourceKind.KUEUE], watermark__isnull=False)
         .exclude(status=SourceStatus.FAILED)
-        .order_by("-watermark")
-        .first()
+        .values("cluster_id")
+        .annotate(upto=Max("watermark"))
     )
-    return run.watermark if run else None
+    return {r["cluster_id"]: r["upto"] for r in runs if r["cluster_id"] is not None}

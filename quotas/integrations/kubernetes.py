@@ -12,13 +12,14 @@ list only objects labelled ``app.kubernetes.io/managed-by=allot``. A cluster's
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -186,3 +187,47 @@ class KueueClient:
         for name in CRD_NAMES:
             crds.append(self._call(api.read_custom_resource_definition, name))
         return crds
+
+    def list_workloads(self, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every Workload in every namespace, read in pages, and the list's resourceVersion: the
+        point a watch resumes from. A continue token that expired mid-list (410) starts the list again."""
+        for _attempt in range(3):
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    options: dict[str, Any] = {"limit": page}
+                    if token:
+                        options["_continue"] = token
+                    found = self._call(self.api.list_cluster_custom_object, GROUP, VERSION, "workloads", **options)
+                    items += found.get("items", [])
+                    meta = found.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if not token:
+                        return items, str(meta.get("resourceVersion") or "")
+            except ClusterCallError as exc:
+                if exc.status != 410 or not token:
+                    raise
+        raise ClusterCallError(410, "Expired", "the Workload list kept expiring between pages; try a larger page")
+
+    def watch_workloads(self, resource_version: str, *, timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Workload events (ADDED, MODIFIED, DELETED, BOOKMARK) after ``resource_version``, until the
+        server ends the watch (``timeout_seconds``) or the connection drops. A resourceVersion the
+        server no longer keeps raises ClusterCallError 410: list again and watch from the list's."""
+        stream = k8s_watch.Watch().stream(
+            self.api.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            "workloads",
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            _request_timeout=(TIMEOUT[0], timeout_seconds + 30),
+        )
+        try:
+            for event in stream:
+                yield str(event["type"]), dict(event["raw_object"])
+        except ApiException as exc:
+            raise ClusterCallError.from_api(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterCallError(0, "Dropped", f"the watch connection dropped: {exc}") from exc

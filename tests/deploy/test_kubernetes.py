@@ -55,16 +55,21 @@ def test_every_object_is_valid_against_the_api_servers_openapi(overlay):
 def test_every_process_is_there_with_what_operations_need(overlay):
     objects = by_kind(render(overlay))
     deployments = {name: o for (kind, name), o in objects.items() if kind == "Deployment"}
-    assert set(deployments) == {"allot-web", "allot-webhook", "allot-worker", "allot-beat"}
+    assert set(deployments) == {"allot-web", "allot-webhook", "allot-worker", "allot-beat", "allot-usage-watcher"}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         for container in pod["containers"]:
             assert container["resources"]["requests"], f"{name}/{container['name']} has no resource requests"
         allot = next(c for c in pod["containers"] if c["image"].endswith(("allot:0.1.0", "allot:dev")))
-        assert allot["args"][0] == name.removeprefix("allot-")  # the role, chosen by command
+        role = "manage" if name == "allot-usage-watcher" else name.removeprefix("allot-")
+        assert allot["args"][0] == role  # the role, chosen by command
     for name in ("allot-web", "allot-worker"):  # migrations before web and workers
         init = deployments[name]["spec"]["template"]["spec"]["initContainers"][0]
         assert init["args"] == ["wait-for-migrations"]
+    watcher = deployments["allot-usage-watcher"]["spec"]
+    assert watcher["replicas"] == 1 and watcher["strategy"]["type"] == "Recreate"
+    command = watcher["template"]["spec"]["containers"][0]["args"]
+    assert command == ["manage", "allot_watch_kueue", "--cluster", "$(ALLOT_WATCH_CLUSTER)"]
     beat = deployments["allot-beat"]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"  # plus the Redis lock
     webhook = deployments["allot-webhook"]["spec"]

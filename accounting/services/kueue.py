@@ -1,0 +1,328 @@
+"""Kueue usage: every Workload followed through the official client, each condition transition
+recorded as it is seen.
+
+Two ways in, one fold (``accounting.policy.kueue.observe``):
+
+* ``usage_resync_kueue`` lists every Workload (in pages) and folds each one into its stored track;
+  a Workload Allot still had running that the list no longer holds was deleted unseen and its run
+  ends now. It records the list's resourceVersion as the run's ``cursor``. Celery beat runs it
+  periodically (``ALLOT_USAGE_KUEUE_RESYNC_SECONDS``), which also makes it the whole source for a
+  site that runs no watcher.
+* ``usage_watch_kueue`` (``manage.py allot_watch_kueue``) watches from the last cursor and folds each
+  event as it arrives: transitions get their own times instead of only the last one. A watch the
+  server ends or that drops is opened again from the last resourceVersion seen; a resourceVersion
+  the server no longer keeps (410 Gone) is answered by a relist. After a crash the watcher resumes
+  from the cursor stored with the last flush.
+
+Each Workload is one ``WorkloadRecord`` (scheduler id = its UID) whose ``track`` holds every run and
+eviction seen; its ``Allocation`` rows are rewritten from the track's runs. Its unit comes from the
+namespace binding; one in an unbound namespace is kept with no unit and counted. The borrowed part
+of a run is fixed when it is first written: how far the unit's devices on that flavor, this run
+included, went beyond its guarantee at the run's start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from accounting.models import Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.policy.kueue import Run, WorkloadError, WorkloadTrack, observe, track_from_json, track_to_json
+from accounting.policy.sacct import EndState
+from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
+from quotas.models import Cluster, ClusterKind, NamespaceBinding, Quota, ResourceFlavor
+
+KEEP_PROBLEMS = 100
+GPU = "nvidia.com/gpu"
+
+
+def accelerators() -> dict[str, str | None]:
+    """Extended resources counted as devices (the admission webhook's setting)."""
+    found: dict[str, str | None] = {GPU: None}
+    found.update(dict(pair.split("=", 1) for pair in settings.ALLOT_ADMISSION_ACCELERATORS))
+    return found
+
+
+def kueue_client(cluster: Cluster) -> KueueClient:
+    if cluster.kind != ClusterKind.KUBERNETES:
+        raise ValueError(f"{cluster.name} is not a Kubernetes cluster")
+    return KueueClient(api_client_for(cluster.connection_ref))
+
+
+@dataclass
+class _Tally:
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"events": 0, "workloads": 0, "problems": 0, "unresolved_namespace": 0}
+    )
+    problems: list[dict[str, object]] = field(default_factory=list)
+    unresolved: set[str] = field(default_factory=set)
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def problem(self, where: str, error: str) -> None:
+        self.add("problems")
+        if len(self.problems) < KEEP_PROBLEMS:
+            self.problems.append({"line": 0, "text": where, "error": error})
+
+
+def _start(cluster: Cluster, name: str) -> SourceRun:
+    now = timezone.now()
+    return SourceRun.objects.create(
+        source=SourceKind.KUEUE, cluster=cluster, name=name, started_at=now, window_start=now, window_end=now
+    )
+
+
+def _close(run: SourceRun, tally: _Tally, *, cursor: str, error: str = "", failed: bool = False) -> SourceRun:
+    """Finish the run: failed (nothing read; the watermark stays where it was), partial (problems, or
+    an error after some events) or ok."""
+    now = timezone.now()
+    run.counts = {**tally.counts, "unresolved_namespaces": len(tally.unresolved)}
+    run.problems = tally.problems
+    messages = []
+    if tally.unresolved:
+        messages.append("namespaces bound to no unit: " + ", ".join(sorted(tally.unresolved)[:20]))
+    if error:
+        messages.insert(0, error)
+    run.message = "; ".join(messages)
+    run.cursor = cursor or run.cursor
+    run.window_end = run.finished_at = now
+    if failed:
+        run.status = SourceStatus.FAILED
+    else:
+        run.status = SourceStatus.PARTIAL if tally.counts["problems"] or error else SourceStatus.OK
+        run.watermark = now
+    run.save()
+    return run
+
+
+def last_cursor(cluster: Cluster) -> str:
+    run = (
+        SourceRun.objects.filter(source=SourceKind.KUEUE, cluster=cluster)
+        .exclude(cursor="")
+        .order_by("-started_at", "-id")
+        .first()
+    )
+    return run.cursor if run else ""
+
+
+def usage_resync_kueue(*, cluster: Cluster, client: KueueClient | None = None) -> SourceRun:
+    """List every Workload and fold each into its record (see the module docstring). Returns the
+    SourceRun; an unreachable cluster is recorded on it (status failed, earlier data untouched)."""
+    run = _start(cluster, "list")
+    tally = _Tally()
+    try:
+        items, version = (client or kueue_client(cluster)).list_workloads()
+    except (ClusterCallError, ValueError) as exc:
+        return _close(run, tally, cursor="", error=f"list Workloads: {exc}", failed=True)
+    now = timezone.now()
+    with transaction.atomic():
+        seen = {str((item.get("metadata") or {}).get("uid") or "") for item in items}
+        _fold(cluster, run, [("ADDED", item) for item in items], tally, now)
+        gone = (
+            WorkloadRecord.objects.filter(cluster=cluster, track__isnull=False)
+            .exclude(scheduler_id__in=seen)
+            .filter(state__in=[EndState.RUNNING, EndState.PENDING, EndState.PREEMPTED, EndState.REQUEUED])
+        )
+        deleted = [("DELETED", {"metadata": {"uid": r.scheduler_id}}) for r in gone]
+        _fold(cluster, run, deleted, tally, now)
+        tally.add("deleted_unseen", len(deleted))
+    return _close(run, tally, cursor=version)
+
+
+def usage_watch_kueue(
+    *,
+    cluster: Cluster,
+    client: KueueClient | None = None,
+    stop: Callable[[], bool] = lambda: False,
+    timeout_seconds: int = 300,
+    flush_seconds: float = 2.0,
+    max_watches: int | None = None,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> list[SourceRun]:
+    """Watch Workloads from the last cursor until ``stop()`` (or after ``max_watches`` watch calls),
+    folding events in batches every ``flush_seconds``. Each watch call is one SourceRun with the
+    events it folded and the cursor it reached. Returns them in order."""
+    client = client or kueue_client(cluster)
+    runs: list[SourceRun] = []
+    cursor = last_cursor(cluster)
+    watches = 0
+    while not stop() and (max_watches is None or watches < max_watches):
+        if not cursor:
+            listed = usage_resync_kueue(cluster=cluster, client=client)
+            runs.append(listed)
+            progress(f"listed {listed.counts.get('workloads', 0)} Workloads: {listed.status} {listed.message}")
+            if listed.status == SourceStatus.FAILED:
+                return runs
+            cursor = listed.cursor
+        watches += 1
+        run = _start(cluster, "watch")
+        tally = _Tally()
+        pending: list[tuple[str, dict[str, Any]]] = []
+        flushed = time.monotonic()
+        reached, error = cursor, ""
+        try:
+            for kind, obj in client.watch_workloads(cursor, timeout_seconds=timeout_seconds):
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                if kind == "BOOKMARK":
+                    reached = version or reached
+                    continue
+                pending.append((kind, obj))
+                reached = version or reached
+                if time.monotonic() - flushed >= flush_seconds:
+                    _flush(cluster, run, pending, tally, reached)
+                    pending, flushed = [], time.monotonic()
+                if stop():
+                    break
+        except ClusterCallError as exc:
+            error = f"watch from resourceVersion {cursor}: {exc}"
+            if exc.status == 410:
+                tally.add("expired")
+        _flush(cluster, run, pending, tally, reached)
+        expired = bool(error and tally.counts.get("expired"))
+        failed = bool(error) and not expired and not tally.counts["events"]
+        runs.append(_close(run, tally, cursor="" if expired else reached, error=error, failed=failed))
+        progress(f"watch ended after {tally.counts['events']} events at resourceVersion {reached}: {error or 'ok'}")
+        cursor = "" if expired else reached
+        if error and not expired:
+            time.sleep(min(30.0, flush_seconds))  # dropped or unreachable: a short pause, then again
+    return runs
+
+
+def _flush(
+    cluster: Cluster, run: SourceRun, events: list[tuple[str, dict[str, Any]]], tally: _Tally, cursor: str
+) -> None:
+    """Fold a batch of events and move the run's cursor with them, in one transaction: a crash
+    after it resumes from here, before it re-reads the batch (folding an event twice changes nothing)."""
+    with transaction.atomic():
+        if events:
+            _fold(cluster, run, events, tally, timezone.now())
+        SourceRun.objects.filter(pk=run.pk).update(
+            cursor=cursor, counts={**tally.counts}, watermark=timezone.now(), status=SourceStatus.RUNNING
+        )
+
+
+def _fold(
+    cluster: Cluster, run: SourceRun, events: Iterable[tuple[str, dict[str, Any]]], tally: _Tally, now: datetime
+) -> None:
+    """Fold events into the records of their Workloads: read the batch's records once, fold every
+    event in order, write each changed record once."""
+    events = list(events)
+    uids = {str((obj.get("metadata") or {}).get("uid") or "") for _, obj in events}
+    records = {r.scheduler_id: r for r in WorkloadRecord.objects.filter(cluster=cluster, scheduler_id__in=uids)}
+    tracks: dict[str, WorkloadTrack] = {
+        uid: track_from_json(r.track) for uid, r in records.items() if r.track is not None
+    }
+    changed: set[str] = set()
+    table = accelerators()
+    for kind, obj in events:
+        tally.add("events")
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        where = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
+        deleted = kind == "DELETED"
+        try:
+            track = observe(tracks.get(uid), obj, accelerators=table, seen_at=now, deleted=deleted)
+        except WorkloadError as exc:
+            tally.problem(where, str(exc))
+            continue
+        if tracks.get(uid) != track:
+            tracks[uid] = track
+            changed.add(uid)
+    for uid in sorted(changed):
+        _write(cluster, run, records.get(uid), tracks[uid], tally)
+    tally.add("workloads", len(changed))
+
+
+def _write(
+    cluster: Cluster, run: SourceRun, record: WorkloadRecord | None, track: WorkloadTrack, tally: _Tally
+) -> None:
+    binding = NamespaceBinding.objects.filter(cluster=cluster, namespace=track.namespace).values("unit_id").first()
+    unit_id = binding["unit_id"] if binding else None
+    if unit_id is None:
+        tally.add("unresolved_namespace")
+        tally.unresolved.add(track.namespace)
+    flavor = ResourceFlavor.objects.filter(cluster=cluster, name=track.flavor).first() if track.flavor else None
+    if track.devices and track.flavor and flavor is None:
+        tally.add("unresolved_flavor")
+    record = record or WorkloadRecord(cluster=cluster, scheduler_id=track.uid)
+    before = {a.start: a.borrowed for a in record.allocations.all()} if record.pk else {}
+    record.job_id = f"{track.namespace}/{track.name}"[:64]
+    record.unit_id = unit_id
+    record.account = track.namespace
+    record.owner, record.project, record.tier = track.owner, track.project, track.tier
+    record.flavor, record.flavor_name = flavor, track.flavor
+    record.devices = track.devices
+    record.resources = {**track.resources, "queue": track.queue, "clusterQueue": track.cluster_queue}
+    record.submitted_at, record.admitted_at, record.ended_at = track.created, track.admitted, track.ended
+    record.state = track.state.value
+    record.evictions = [
+        {"reason": e.reason, "at": e.at.isoformat() if e.at else None, "message": e.message} for e in track.evictions
+    ]
+    record.held_seconds = track.held_seconds
+    record.source_run = run
+    record.track = track_to_json(track)
+    allocations = []
+    for part in track.runs:
+        if not part.devices:
+            continue
+        borrowed = before.get(part.start)
+        if borrowed is None:
+            borrowed = _borrowed(unit_id, flavor, part.start, part.devices, exclude=record.pk)
+        allocations.append((part, borrowed))
+    record.borrowed = allocations[0][1] if allocations else 0
+    evicted = {e.reason for e in track.evictions} | {"readmitted"}
+    record.save()
+    Allocation.objects.filter(record=record).delete()
+    Allocation.objects.bulk_create(
+        [
+            Allocation(
+                record=record,
+                unit_id=unit_id,
+                flavor=flavor,
+                devices=part.devices,
+                borrowed=borrowed,
+                start=part.start,
+                end=part.end,
+                run_key=f"{part.start:%Y-%m-%dT%H:%M:%S}",
+                raw_state=_raw_state(part, evicted),
+                submitted_at=track.created,
+            )
+            for part, borrowed in allocations
+        ]
+    )
+    tally.add("allocations", len(allocations))
+
+
+def _raw_state(part: Run, evicted: set[str]) -> str:
+    """How a run ended, in words the rollups read: ``evicted <reason>`` when an eviction ended it (it
+    lost the work since its last checkpoint), else Kueue's own word (Finished, Deleted…)."""
+    words = f"evicted {part.ended_by}" if part.ended_by in evicted else part.ended_by
+    return f"reconstructed {words}" if part.reconstructed else words
+
+
+def _borrowed(
+    unit_id: int | None, flavor: ResourceFlavor | None, start: datetime, devices: int, exclude: int | None
+) -> int:
+    """Devices of this run above the unit's guarantee at its start, counting what the unit already
+    held on the flavor then."""
+    if unit_id is None or flavor is None:
+        return 0
+    quota = Quota.objects.filter(unit_id=unit_id, flavor=flavor, resource=GPU).values_list("guarantee", flat=True)
+    guarantee = quota.first() or 0
+    held = (
+        Allocation.objects.filter(unit_id=unit_id, flavor=flavor, start__lte=start)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .exclude(record_id=exclude)
+        .aggregate(n=Sum("devices"))["n"]
+        or 0
+    )
+    return max(0, min(devices, held + devices - guarantee))
