@@ -1,17 +1,21 @@
 """A unit's usage over time as server-side SVG geometry (the templates draw it; no JavaScript).
 
-One column per day: devices held inside the guarantee (solid) with what was borrowed on top, queued
-demand above that (light), the guarantee and the ceiling as lines; a day without telemetry is
-marked as a gap, not drawn as zero. Values are average devices over the hours that had telemetry.
+One column per day, week or month: devices held inside the guarantee (solid), the idle guarantee
+others used — lent — (green), what was borrowed above the guarantee, queued demand above that
+(light), the guarantee and the ceiling as lines, and a dark tick at the measured activity (DCGM)
+where it was measured; a period without telemetry is marked as a gap, not drawn as zero. Values are
+average devices over the hours that had telemetry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
 WITHIN, BORROWED, PENDING, GUARANTEE, CEILING, GAP = "#3b6fd8", "#e3a21a", "#c9d8f5", "#1d2430", "#b3261e", "#e8ecf1"
+LENT, ACTIVE = "#2e9e6a", "#111111"
+LABELS = {"day": "%d %b", "week": "%d %b", "month": "%b %Y"}
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,8 @@ class Day:
     borrowed: float
     lent: float
     pending: float
+    active: float | None = None
+    """Measured activity (device-hours); None where nothing measured it."""
 
 
 @dataclass(frozen=True)
@@ -46,15 +52,20 @@ class UsageChart:
     width: int
     height: int
     top: float
+    active: list[tuple[float, float, float, str]] = field(default_factory=list)
+    """Ticks at the measured activity: x1, x2, y, title."""
+    measured: bool = False
 
 
-def usage_chart(days: Sequence[Day], ceiling: float, *, width: int = 720, height: int = 220) -> UsageChart | None:
+def usage_chart(
+    days: Sequence[Day], ceiling: float, *, period: str = "day", width: int = 720, height: int = 220
+) -> UsageChart | None:
     if not days:
         return None
     left, bottom, top_pad = 44, 24, 8
     plot_h = height - bottom - top_pad
     top = max(
-        [ceiling, *(d.within / d.hours + d.borrowed / d.hours + d.pending / d.hours for d in days if d.hours)],
+        [ceiling, *((d.within + d.lent + d.borrowed + d.pending) / d.hours for d in days if d.hours)],
         default=1,
     )
     top = max(top, 1.0)
@@ -63,33 +74,40 @@ def usage_chart(days: Sequence[Day], ceiling: float, *, width: int = 720, height
     def y(value: float) -> float:
         return top_pad + plot_h * (1 - value / top)
 
-    rects, guarantee_points = [], []
+    rects: list[Rect] = []
+    guarantee_points, active = [], []
     for i, d in enumerate(days):
         x = left + i * step
+        name = f"{period} of {d.day}" if period != "day" else str(d.day)
         if not d.hours:
-            rects.append(Rect(x, top_pad, step - 1, plot_h, GAP, f"{d.day}: no telemetry (a gap, not idle)"))
+            rects.append(Rect(x, top_pad, step - 1, plot_h, GAP, f"{name}: no telemetry (a gap, not idle)"))
             continue
         within, borrowed, pending = d.within / d.hours, d.borrowed / d.hours, d.pending / d.hours
         guarantee, lent = d.guarantee / d.hours, d.lent / d.hours
+        measured = (
+            f", active {d.active / d.hours:.1f} (measured)" if d.active is not None else ", activity not measured"
+        )
         title = (
-            f"{d.day}: held {within + borrowed:.1f} (within {within:.1f}, borrowed {borrowed:.1f}), "
-            f"queued {pending:.1f}, guarantee {guarantee:.1f}, lent {lent:.1f}; {d.hours:.0f} h of telemetry"
+            f"{name}: held {within + borrowed:.1f} (within {within:.1f}, borrowed {borrowed:.1f}), "
+            f"lent {lent:.1f}, queued {pending:.1f}, guarantee {guarantee:.1f}{measured}; "
+            f"{d.hours:.0f} h of telemetry"
         )
-        rects.append(Rect(x, y(within), step - 1, y(0) - y(within), WITHIN, title))
-        rects.append(Rect(x, y(within + borrowed), step - 1, y(within) - y(within + borrowed), BORROWED, title))
-        rects.append(
-            Rect(
-                x,
-                y(within + borrowed + pending),
-                step - 1,
-                y(within + borrowed) - y(within + borrowed + pending),
-                PENDING,
-                title,
-            )
-        )
+        level = 0.0
+        for amount, colour in ((within, WITHIN), (lent, LENT), (borrowed, BORROWED), (pending, PENDING)):
+            if amount > 0:
+                rects.append(Rect(x, y(level + amount), step - 1, y(level) - y(level + amount), colour, title))
+            level += amount
         guarantee_points.append(f"{x:.1f},{y(guarantee):.1f} {x + step - 1:.1f},{y(guarantee):.1f}")
+        if d.active is not None:
+            active.append((x + 1, x + step - 2, y(d.active / d.hours), title))
     ticks = [(y(top * f), f"{top * f:.0f}") for f in (0, 0.25, 0.5, 0.75, 1)]
     every = max(1, len(days) // 8)
-    labels = [(left + i * step, f"{d.day:%d %b}") for i, d in enumerate(days) if i % every == 0 and i < len(days) - 2]
+    labels = [
+        (left + i * step, f"{d.day:{LABELS[period]}}")
+        for i, d in enumerate(days)
+        if i % every == 0 and (i < len(days) - 2 or len(days) < 4)
+    ]
     ceiling_line = f"{left},{y(ceiling):.1f} {width - 4},{y(ceiling):.1f}"
-    return UsageChart(rects, " ".join(guarantee_points), ceiling_line, ticks, labels, width, height, top)
+    return UsageChart(
+        rects, " ".join(guarantee_points), ceiling_line, ticks, labels, width, height, top, active, bool(active)
+    )

@@ -3,6 +3,7 @@ devices over the minutes that had telemetry (``GET /metrics/usage``; deploy/graf
 
     allot_unit_guarantee, allot_unit_allocated, allot_unit_borrowed, allot_unit_lent, allot_unit_pending
       {unit="acme/research/nlp", flavor="a100-80gb", cluster="k8s-west"}
+    allot_unit_active   measured activity (DCGM), only where it was measured
     allot_usage_hour_timestamp_seconds   the hour they describe
 """
 
@@ -34,12 +35,20 @@ class UsageCollector(Collector):
             m: GaugeMetricFamily(f"allot_unit_{m}", help_text, labels=["unit", "flavor", "cluster"])
             for m, help_text in MEASURES.items()
         }
+        active = GaugeMetricFamily(
+            "allot_unit_active",
+            "Devices busy, as DCGM measured them (absent where unmeasured)",
+            labels=["unit", "flavor", "cluster"],
+        )
         for row in rows:
             hours = row["minutes"] / 60
             labels = [row["unit__path"], row["flavor__name"], row["flavor__cluster__name"]]
             for measure, family in families.items():
                 family.add_metric(labels, row[measure] / hours)
+            if row["active"] is not None:
+                active.add_metric(labels, row["active"] / hours)
         yield from families.values()
+        yield active
         stamp = GaugeMetricFamily("allot_usage_hour_timestamp_seconds", "Start of the hour the usage metrics describe")
         if rows:
             stamp.add_metric([], rows[0]["hour"].timestamp())

@@ -177,3 +177,23 @@ class UsageHour(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["unit", "flavor", "hour"], name="usage_hour_unique")]
         indexes = [models.Index(fields=["hour"], name="usage_hour_idx")]
+
+
+class ActivityHour(models.Model):
+    """Measured GPU activity of a unit on a flavor in one hour, from one cluster's DCGM series:
+    ``active`` device-hours (mean activity × time with samples) of ``observed`` device-hours with
+    telemetry. Rewritten for the hours each DCGM ingest reads; rolled up into ``UsageHour.active``."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField()
+    active = models.FloatField(help_text="Device-hours of measured activity.")
+    observed = models.FloatField(help_text="Device-hours with telemetry.")
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "unit", "flavor", "hour"], name="activity_once_per_hour")
+        ]
+        indexes = [models.Index(fields=["hour"], name="activity_hour_idx")]

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncMonth
+from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 
 from accounting.models import UsageHour
 from quotas.selectors import subtree
@@ -89,24 +89,42 @@ def _expected_minutes(row: dict[str, Any], start: datetime | None, end: datetime
     return max(0, int((hi - lo).total_seconds() // 60)) * int(row["pairs"])
 
 
-def unit_usage_days(path: str, *, days: int = 31) -> list[Any]:
-    """Per day, over the last ``days`` days that have usage for ``path`` and everything below: what
-    its units' own workloads held within their guarantees, borrowed, lent and queued (device-hours;
-    each unit's rows count only its own workloads, so the subtree adds up), and how many hours had
-    telemetry (a day with none is a gap). The guarantee is left to the caller. Two queries."""
+PERIODS = {"day": (TruncDay, 31), "week": (TruncWeek, 26), "month": (TruncMonth, 12)}
+"""Chart periods: how hours are bucketed, and how many buckets a chart shows."""
+
+
+def _next(start: datetime, period: str) -> datetime:
+    if period == "day":
+        return start + timedelta(days=1)
+    if period == "week":
+        return start + timedelta(weeks=1)
+    return (start + timedelta(days=32)).replace(day=1)
+
+
+def unit_usage_days(path: str, *, period: str = "day") -> list[Any]:
+    """Per period (day, week or month), over the last periods that have usage for ``path`` and
+    everything below: what its units' own workloads held within their guarantees, borrowed, lent and
+    queued, and measured as active (device-hours; each unit's rows count only its own workloads, so
+    the subtree adds up), and how many hours had telemetry (a period with none is a gap). Active is
+    None where no hour of the period was measured. The guarantee is left to the caller. Two queries."""
     from accounting.charts import Day
 
+    trunc, count = PERIODS[period]
     rows = usage_hours(within=path)
     last = rows.aggregate(last=Max("hour"))["last"]
     if last is None:
         return []
-    end = (last + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    start = end - timedelta(days=days)
+    first = rows.filter(hour__lte=last).annotate(p=trunc("hour")).order_by("-p").values_list("p", flat=True)[:1]
+    starts = [first[0]]
+    for _ in range(count - 1):
+        previous = (starts[-1] - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        starts.append(_period_start(previous, period))
+    starts.reverse()
     found = {
-        r["day"].date(): r
-        for r in rows.filter(hour__gte=start, hour__lt=end)
-        .annotate(day=TruncDay("hour"))
-        .values("day")
+        r["p"]: r
+        for r in rows.filter(hour__gte=starts[0], hour__lt=_next(starts[-1], period))
+        .annotate(p=trunc("hour"))
+        .values("p")
         .annotate(
             minutes=Sum("minutes"),
             pairs=Count(F("unit_id") * 1_000_003 + F("flavor_id"), distinct=True),
@@ -114,19 +132,29 @@ def unit_usage_days(path: str, *, days: int = 31) -> list[Any]:
             borrowed=Sum("borrowed"),
             lent=Sum("lent"),
             pending=Sum("pending"),
+            active=Sum("active"),
         )
     }
     out = []
-    for i in range(days):
-        day = (start + timedelta(days=i)).date()
-        row = found.get(day)
-        hours = row["minutes"] / 60 / row["pairs"] if row else 0.0
+    for begins in starts:
+        row = found.get(begins)
+        if not row:
+            out.append(Day(begins.date(), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, None))
+            continue
+        hours = row["minutes"] / 60 / row["pairs"]
         out.append(
-            Day(day, hours, 0.0, row["within"], row["borrowed"], row["lent"], row["pending"])
-            if row
-            else Day(day, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            Day(begins.date(), hours, 0.0, row["within"], row["borrowed"], row["lent"], row["pending"], row["active"])
         )
     return out
+
+
+def _period_start(moment: datetime, period: str) -> datetime:
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    if period == "month":
+        return day.replace(day=1)
+    return day
 
 
 def latest_usage() -> list[dict[str, Any]]:
@@ -138,6 +166,6 @@ def latest_usage() -> list[dict[str, Any]]:
         dict(row)
         for row in UsageHour.objects.filter(hour=last, minutes__gt=0).values(
             "unit__path", "flavor__name", "flavor__cluster__name", "minutes", "guarantee", "allocated", "borrowed",
-            "lent", "pending", "hour",
+            "lent", "pending", "active", "hour",
         )
     ]  # fmt: skip

@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from accounting.services import usage_ingest_slurm, usage_resync_kueue, usage_rollup
+from accounting.services import usage_ingest_dcgm, usage_ingest_slurm, usage_resync_kueue, usage_rollup
 from quotas.models import Cluster, ClusterKind
 
 
@@ -45,6 +46,24 @@ def resync_all_kueue() -> list[int]:
     ids = list(clusters.values_list("pk", flat=True))
     for cluster_id in ids:
         resync_kueue.delay(cluster_id)
+    return ids
+
+
+@shared_task(name="accounting.tasks.ingest_dcgm", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)
+def ingest_dcgm(cluster_id: int) -> dict[str, object]:
+    """Read one cluster's GPU activity from its Prometheus. Prometheus's failures are recorded on the
+    source run, not raised."""
+    run = usage_ingest_dcgm(cluster=Cluster.objects.get(pk=cluster_id))
+    return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
+@shared_task(name="accounting.tasks.ingest_all_dcgm")
+def ingest_all_dcgm() -> list[int]:
+    """From beat: queue a DCGM read of every enabled cluster ALLOT_DCGM_PROMETHEUS names."""
+    names = list(settings.ALLOT_DCGM_PROMETHEUS)
+    ids = list(Cluster.objects.filter(name__in=names, enabled=True).values_list("pk", flat=True))
+    for cluster_id in ids:
+        ingest_dcgm.delay(cluster_id)
     return ids
 
 

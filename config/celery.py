@@ -31,6 +31,10 @@ app.conf.beat_schedule = {
         "task": "accounting.tasks.resync_all_kueue",
         "schedule": float(env_int("ALLOT_USAGE_KUEUE_RESYNC_SECONDS", 900)),
     },
+    "usage-dcgm-ingest": {  # hourly GPU activity per pod or Slurm job, from each cluster's Prometheus
+        "task": "accounting.tasks.ingest_all_dcgm",
+        "schedule": float(env_int("ALLOT_USAGE_DCGM_SECONDS", 900)),
+    },
     "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
     "slurm-drift-check": {  # each check costs slurmdbd four reads
         "task": "quotas.tasks.drift_check",

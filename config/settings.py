@@ -188,6 +188,16 @@ ALLOT_METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "")  # what Prometheus send
 ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct")  # the sacct binary (a path, where it is not on PATH)
 # ALLOT_USAGE_SLURM_SECONDS (default 300) sets how often beat ingests sacct, in config/celery.py.
 # ALLOT_USAGE_KUEUE_RESYNC_SECONDS (default 900) sets how often beat lists every Kueue Workload, likewise.
+# DCGM through Prometheus: which Prometheus holds each cluster's dcgm-exporter series ("cluster=url" pairs)
+ALLOT_DCGM_PROMETHEUS = dict(pair.split("=", 1) for pair in env_list("ALLOT_DCGM_PROMETHEUS", []) if "=" in pair)
+if len(ALLOT_DCGM_PROMETHEUS) != len(env_list("ALLOT_DCGM_PROMETHEUS", [])):
+    raise ImproperlyConfigured("ALLOT_DCGM_PROMETHEUS: give cluster=url pairs, e.g. k8s-west=http://prometheus:9090")
+ALLOT_DCGM_METRICS = env_list("ALLOT_DCGM_METRICS", ["DCGM_FI_PROF_GR_ENGINE_ACTIVE:1", "DCGM_FI_DEV_GPU_UTIL:0.01"])
+ALLOT_DCGM_SCRAPE_SECONDS = env_int("ALLOT_DCGM_SCRAPE_SECONDS", 30)  # the exporter's scrape interval
+ALLOT_DCGM_TIMEOUT_SECONDS = env_int("ALLOT_DCGM_TIMEOUT_SECONDS", 30)  # per PromQL query
+ALLOT_USAGE_DCGM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_DCGM_OVERLAP_SECONDS", 7200)  # hours re-read each run
+ALLOT_USAGE_DCGM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_DCGM_LOOKBACK_SECONDS", 86400)  # a cluster's first read
+# ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
 ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)

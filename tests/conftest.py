@@ -47,6 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "browser": Path(os.environ.get("ALLOT_CHROMIUM", "/usr/bin/chromium")).exists(),
         "slurm": _slurm_answers(),
         "kubectl": shutil.which("kubectl") is not None,
+        "prometheus": shutil.which("prometheus") is not None,
     }
     how = {
         "postgres": "set DATABASE_URL",
@@ -54,6 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "browser": "apt-get install chromium",
         "slurm": "start it with deploy/slurm/local-slurm.sh",
         "kubectl": "install kubectl (it renders deploy/kubernetes with kubectl kustomize)",
+        "prometheus": "apt-get install prometheus",
     }
     for item in items:
         for marker, present in have.items():
@@ -172,3 +174,23 @@ def demo(db):
 
     call_command("allot_demo")
     return Cluster.objects.get(name="k8s-west")
+
+
+@pytest.fixture(scope="session")
+def dcgm_exporter():
+    """An exporter serving real dcgm-exporter series with the values a test sets (tests/dcgm_prometheus.py)."""
+    from tests.dcgm_prometheus import Exporter
+
+    exporter = Exporter()
+    yield exporter
+    exporter.close()
+
+
+@pytest.fixture(scope="session")
+def prometheus(dcgm_exporter):
+    """Debian's Prometheus on loopback, scraping ``dcgm_exporter`` every second."""
+    from tests.dcgm_prometheus import PrometheusServer
+
+    server = PrometheusServer(dcgm_exporter)
+    yield server
+    server.close()

@@ -12,8 +12,8 @@ guarantee at admission in Kueue); guarantee-hours from the unit's guarantee on t
 hour a successful ingest of that cluster covered.
 
 Productive device-hours are an estimate, flagged ``productive_estimated``, until a workload reports
-its progress: allocated minus the work evictions lost (see ``LOST``). Active stays empty (null)
-until a telemetry source measures it.
+its progress: allocated minus the work evictions lost (see ``LOST``). Active is the measured
+activity DCGM reported for the hour (``ACTIVITY``), empty (null) where no telemetry measured it.
 """
 
 from __future__ import annotations
@@ -132,6 +132,18 @@ WHERE u.unit_id = lost.unit_id AND u.flavor_id = lost.flavor_id AND u.hour = los
 """
 
 
+# Measured activity (DCGM): the units' active device-hours, summed over clusters, into the hour's row
+# (written above, or new: a pod can be busy on a flavor without an allocation Allot saw).
+ACTIVITY = """
+INSERT INTO accounting_usagehour ({columns})
+SELECT unit_id, flavor_id, hour, 0, 0, 0, 0, 0, 0, 0, SUM(active), NULL, %(false)s, 0, 0
+FROM accounting_activityhour
+WHERE hour >= %(start)s AND hour < %(end)s
+GROUP BY unit_id, flavor_id, hour
+ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET active = EXCLUDED.active
+"""
+
+
 def _cadence_sql() -> str:
     """Each unit's checkpoint cadence (seconds) from its effective contract, as a SQL CASE over the
     unit id (one snapshot; units whose contract sets none lose the whole run)."""
@@ -164,6 +176,7 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
             clusters: dict[str, Any] = {"clusters": list(covered), "covers": list(covered.values())}
             cursor.execute(ALLOCATIONS.format(columns=COLUMNS), {**params, **clusters})
             cursor.execute(LOST.format(cadence=_cadence_sql()), params)
+        cursor.execute(ACTIVITY.format(columns=COLUMNS), {**params, "false": False})
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
 

@@ -68,17 +68,18 @@ def _unit_or_404(unit_id: int) -> OrgUnit:
     return get_object_or_404(OrgUnit.objects.select_related("parent", "contract"), pk=unit_id, archived_at__isnull=True)
 
 
-def _usage(unit: OrgUnit, chart_rows: list[tuple[str, int, int, int | None]]) -> tuple[Any, int]:
-    """The unit's usage chart (accounting's rollups), its guarantee line from today's quota."""
+def _usage(unit: OrgUnit, chart_rows: list[tuple[str, int, int, int | None]], period: str) -> tuple[Any, int]:
+    """The unit's usage chart (accounting's rollups) per day, week or month, its guarantee line from
+    today's quota."""
     from dataclasses import replace
 
     from accounting.charts import usage_chart
     from accounting.selectors import unit_usage_days
 
-    days = unit_usage_days(unit.path)
+    days = unit_usage_days(unit.path, period=period)
     guarantee = sum(g for _, g, _, _ in chart_rows)
     days = [replace(d, guarantee=guarantee * d.hours) for d in days]
-    return usage_chart(days, sum(c for _, _, c, _ in chart_rows)), len(days)
+    return usage_chart(days, sum(c for _, _, c, _ in chart_rows), period=period), len(days)
 
 
 def _usage_source(unit: OrgUnit) -> str:
@@ -115,13 +116,17 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         if q.resource == "nvidia.com/gpu"
     ]
     bars, height = quota_bars(chart_rows)
-    usage, usage_days = _usage(unit, chart_rows)
+    period = request.GET.get("usage", "day")
+    if period not in ("day", "week", "month"):
+        period = "day"
+    usage, usage_days = _usage(unit, chart_rows, period)
     return render(
         request,
         "quotas/unit.html",
         {
             "usage": usage,
             "usage_days": usage_days,
+            "usage_period": period,
             "usage_source": _usage_source(unit) if usage else "",
             "usage_ceiling": sum(c for _, _, c, _ in chart_rows),
             "unit": unit,

@@ -213,7 +213,26 @@ def test_a_units_page_draws_its_use_per_day_with_gaps_marked(org, admin_client):
     assert page.count("no telemetry (a gap, not idle)") == 29  # 31 days shown, 2 with data
     held = sum(UsageHour.objects.filter(unit=org.nlp, hour=T0).values_list("allocated", flat=True))
     assert f"held {held:.1f}" in page  # each day's numbers are on the chart
+    assert "activity not measured (no DCGM source)" in page and 'class="active"' not in page
     assert "Use over time" not in admin_client.get(f"/units/{org.ops.pk}/").content.decode()  # no usage: no chart
+
+
+def test_a_units_chart_by_week_and_month_with_measured_activity(org, admin_client):
+    from accounting.models import ActivityHour
+
+    rows = [r for r in random_rows(minutes=60) if r[1] == "nlp"]
+    usage_replay_load(lines=replay(rows), cluster=org.cluster, units={"nlp": org.nlp}, name="hour")
+    ActivityHour.objects.create(cluster=org.cluster, unit=org.nlp, flavor=org.flavor, hour=T0, active=12.5, observed=30)
+    usage_rollup(start=T0, end=T0 + timedelta(hours=1))
+    assert UsageHour.objects.get(unit=org.nlp, hour=T0).active == 12.5
+    weeks = admin_client.get(f"/units/{org.nlp.pk}/", {"usage": "week"}).content.decode()
+    assert "GPUs over 26 weeks" in weeks and "week of 2026-11-02: held" in weeks  # 2 Nov 2026 is a Monday
+    assert "active 12.5 (measured)" in weeks and weeks.count('class="active"') == 1
+    months = admin_client.get(f"/units/{org.nlp.pk}/", {"usage": "month"}).content.decode()
+    assert "GPUs over 12 months" in months and "month of 2026-11-01: held" in months and "Sep 2026" in months
+    assert "GPUs over 31 days" in admin_client.get(f"/units/{org.nlp.pk}/", {"usage": "year"}).content.decode()
+    metrics = admin_client.get("/metrics/usage").content.decode()
+    assert 'allot_unit_active{cluster="west",flavor="a100",unit="acme/research/nlp"} 12.5' in metrics
 
 
 def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for_what_is_exported(

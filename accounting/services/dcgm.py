@@ -1,0 +1,164 @@
+"""GPU activity from DCGM through Prometheus: hourly active device-hours per unit and flavor.
+
+Each run reads whole hours from the last successful watermark minus an overlap
+(``ALLOT_USAGE_DCGM_OVERLAP_SECONDS``: the current hour, still filling, is read again next time) to
+now, from the Prometheus ``ALLOT_DCGM_PROMETHEUS`` names for the cluster, with one
+``avg_over_time`` and one ``count_over_time`` range query per activity metric
+(``accounting.policy.dcgm``). A pod's GPU belongs to the unit its namespace is bound to; a Slurm
+job's to the unit of its recorded job. The run rewrites the cluster's ``ActivityHour`` rows of the
+hours it read, in one transaction. What it cannot use is counted on the run: GPUs no workload holds,
+namespaces or jobs that map to no unit, values outside 0–100 %, hours without any sample (gaps), and
+Prometheus's clock when it differs from ours. A PromQL error, a timeout or a Prometheus that is down
+fails the run with the exact error; nothing is written and the watermark stays.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounting.integrations.prometheus import Prometheus, PrometheusError
+from accounting.models import ActivityHour, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.policy.dcgm import Owner, activity, gaps, parse_metrics, points, renamed_targets
+from quotas.models import Cluster, ClusterKind, NamespaceBinding, ResourceFlavor
+
+SKEW_TOLERANCE_SECONDS = 30
+
+
+def prometheus_for(cluster: Cluster) -> Prometheus:
+    url = settings.ALLOT_DCGM_PROMETHEUS.get(cluster.name)
+    if not url:
+        raise ValueError(f"no Prometheus for {cluster.name}: add {cluster.name}=http://… to ALLOT_DCGM_PROMETHEUS")
+    return Prometheus(url, timeout=settings.ALLOT_DCGM_TIMEOUT_SECONDS)
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def usage_ingest_dcgm(
+    *, cluster: Cluster, prometheus: Prometheus | None = None, now: datetime | None = None
+) -> SourceRun:
+    """Read ``cluster``'s GPU activity from its last watermark (see the module docstring). Returns the
+    recorded SourceRun; Prometheus's failures are recorded in it, not raised."""
+    now = now or timezone.now()
+    prometheus = prometheus or prometheus_for(cluster)
+    previous = (
+        SourceRun.objects.filter(source=SourceKind.DCGM, cluster=cluster, watermark__isnull=False)
+        .exclude(status=SourceStatus.FAILED)
+        .order_by("-watermark")
+        .first()
+    )
+    if previous and previous.watermark:
+        start = _hour(previous.watermark - timedelta(seconds=settings.ALLOT_USAGE_DCGM_OVERLAP_SECONDS))
+    else:
+        start = _hour(now - timedelta(seconds=settings.ALLOT_USAGE_DCGM_LOOKBACK_SECONDS))
+    last = _hour(now)  # the hour now is in: read as far as it goes
+    run = SourceRun.objects.create(
+        source=SourceKind.DCGM,
+        cluster=cluster,
+        name=prometheus.url,
+        started_at=timezone.now(),
+        window_start=start,
+        window_end=now,
+    )
+    counts: dict[str, int] = {}
+    messages: list[str] = []
+    try:
+        skew = prometheus.server_time() - now.timestamp()
+        if abs(skew) > SKEW_TOLERANCE_SECONDS:
+            counts["clock_skew_seconds"] = round(skew)
+            messages.append(f"Prometheus's clock is {skew:+.0f} s from ours")
+        answers = []
+        for metric, scale in parse_metrics(settings.ALLOT_DCGM_METRICS):
+            stamps = (start + timedelta(hours=1), last + timedelta(hours=1))  # each value ends its hour
+            averages = prometheus.query_range(f"avg_over_time({metric}[1h])", *stamps, 3600)
+            samples = prometheus.query_range(f"count_over_time({metric}[1h])", *stamps, 3600)
+            answers.append((metric, scale, averages, samples))
+    except PrometheusError as exc:
+        run.status, run.message = SourceStatus.FAILED, str(exc)
+        run.counts, run.finished_at = counts, timezone.now()
+        run.save()
+        return run
+    renamed = renamed_targets(averages for _, _, averages, _ in answers)
+    per_metric = [(m, scale, points(m, avg, n, renamed)) for m, scale, avg, n in answers]
+    found = activity(per_metric, scrape_seconds=settings.ALLOT_DCGM_SCRAPE_SECONDS)
+    counts.update(found.counts)
+    missing = gaps(start, _hour(now), found.hours_with_data)  # the current hour is not over: never a gap
+    counts["gap_hours"] = len(missing)
+    if missing:
+        messages.append("hours without any GPU sample: " + ", ".join(f"{h:%Y-%m-%d %H:00}" for h in missing[:6]))
+    rows = _attribute(cluster, found.active, found.observed, counts, messages)
+    with transaction.atomic():
+        ActivityHour.objects.filter(cluster=cluster, hour__gte=start, hour__lte=last).delete()
+        ActivityHour.objects.bulk_create(
+            [
+                ActivityHour(cluster=cluster, unit_id=u, flavor_id=f, hour=h, active=a, observed=o, source_run=run)
+                for (u, f, h), (a, o) in sorted(rows.items())
+            ]
+        )
+        counts["activity_rows"] = len(rows)
+        run.counts, run.message = counts, "; ".join(messages)
+        run.problems = [{"line": 0, "text": "value", "error": p} for p in found.problems]
+        run.status = SourceStatus.PARTIAL if counts.get("impossible_values") else SourceStatus.OK
+        run.watermark, run.finished_at = now, timezone.now()
+        run.save()
+    return run
+
+
+def _attribute(
+    cluster: Cluster,
+    active: dict[tuple[Owner, datetime], float],
+    observed: dict[tuple[Owner, datetime], float],
+    counts: dict[str, int],
+    messages: list[str],
+) -> dict[tuple[int, int, datetime], tuple[float, float]]:
+    """(unit, flavor, hour) → (active, observed) device-hours. Pods: the namespace's bound unit, the
+    flavor whose accelerator model the GPU reports (or the cluster's only flavor). Slurm jobs: the
+    unit and flavor of the recorded job."""
+    flavors = list(ResourceFlavor.objects.filter(cluster=cluster))
+    by_model = {_model(f.accelerator_model): f.pk for f in flavors}
+    only = flavors[0].pk if len(flavors) == 1 else None
+    namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
+    jobs: dict[str, tuple[Any, Any]] = {}
+    if cluster.kind == ClusterKind.SLURM:
+        wanted = {owner.job for owner, _ in active if owner.job}
+        for job_id, unit_id, flavor_id in (
+            WorkloadRecord.objects.filter(cluster=cluster, job_id__in=wanted)
+            .order_by("submitted_at")
+            .values_list("job_id", "unit_id", "flavor_id")
+        ):
+            jobs[job_id] = (unit_id, flavor_id)  # the latest of a reused id wins
+    rows: dict[tuple[int, int, datetime], tuple[float, float]] = {}
+    unresolved: set[str] = set()
+    for (owner, hour), value in active.items():
+        if owner.job:
+            unit, flavor = jobs.get(owner.job, (None, None))
+            what = f"job {owner.job}"
+        else:
+            unit = namespaces.get(owner.namespace)
+            flavor = by_model.get(_model(owner.model), only)
+            what = f"namespace {owner.namespace}"
+        if unit is None:
+            counts["unresolved_owner"] = counts.get("unresolved_owner", 0) + 1
+            unresolved.add(what)
+            continue
+        if flavor is None:
+            counts["unresolved_flavor"] = counts.get("unresolved_flavor", 0) + 1
+            unresolved.add(f"model {owner.model!r}")
+            continue
+        key = (unit, flavor, hour)
+        before = rows.get(key, (0.0, 0.0))
+        rows[key] = (before[0] + value, before[1] + observed[(owner, hour)])
+    if unresolved:
+        messages.append("not attributed: " + ", ".join(sorted(unresolved)[:10]))
+    return rows
+
+
+def _model(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3', 'NVIDIA-H100-80GB-HBM3' and 'nvidia h100 80gb hbm3' are one model."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
