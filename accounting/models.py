@@ -190,6 +190,10 @@ class ActivityHour(models.Model):
     hour = models.DateTimeField()
     active = models.FloatField(help_text="Device-hours of measured activity.")
     observed = models.FloatField(help_text="Device-hours with telemetry.")
+    productive = models.FloatField(
+        null=True, blank=True, help_text="Device-hours of productive work, measured from workloads' progress."
+    )
+    reporting = models.FloatField(default=0, help_text="Device-hours of the workloads that reported progress.")
     source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
 
     class Meta:

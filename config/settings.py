@@ -193,6 +193,8 @@ ALLOT_DCGM_PROMETHEUS = dict(pair.split("=", 1) for pair in env_list("ALLOT_DCGM
 if len(ALLOT_DCGM_PROMETHEUS) != len(env_list("ALLOT_DCGM_PROMETHEUS", [])):
     raise ImproperlyConfigured("ALLOT_DCGM_PROMETHEUS: give cluster=url pairs, e.g. k8s-west=http://prometheus:9090")
 ALLOT_DCGM_METRICS = env_list("ALLOT_DCGM_METRICS", ["DCGM_FI_PROF_GR_ENGINE_ACTIVE:1", "DCGM_FI_DEV_GPU_UTIL:0.01"])
+ALLOT_PROGRESS_METRIC = env_str("ALLOT_PROGRESS_METRIC", "allot_progress_steps_total")  # workloads' step counter
+ALLOT_PROGRESS_RATE_METRIC = env_str("ALLOT_PROGRESS_RATE_METRIC", "allot_progress_fault_free_steps_per_second")
 ALLOT_DCGM_SCRAPE_SECONDS = env_int("ALLOT_DCGM_SCRAPE_SECONDS", 30)  # the exporter's scrape interval
 ALLOT_DCGM_TIMEOUT_SECONDS = env_int("ALLOT_DCGM_TIMEOUT_SECONDS", 30)  # per PromQL query
 ALLOT_USAGE_DCGM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_DCGM_OVERLAP_SECONDS", 7200)  # hours re-read each run

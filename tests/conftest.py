@@ -176,7 +176,7 @@ def demo(db):
     return Cluster.objects.get(name="k8s-west")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def dcgm_exporter():
     """An exporter serving real dcgm-exporter series with the values a test sets (tests/dcgm_prometheus.py)."""
     from tests.dcgm_prometheus import Exporter
@@ -186,9 +186,10 @@ def dcgm_exporter():
     exporter.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def prometheus(dcgm_exporter):
-    """Debian's Prometheus on loopback, scraping ``dcgm_exporter`` every second."""
+    """Debian's Prometheus on loopback, scraping ``dcgm_exporter`` every second; a new one (and an
+    empty database) per test, so what one test served never shows in another's answers."""
     from tests.dcgm_prometheus import PrometheusServer
 
     server = PrometheusServer(dcgm_exporter)

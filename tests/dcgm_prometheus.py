@@ -43,12 +43,19 @@ def real_series() -> dict[str, str]:
     return found
 
 
+PROGRESS = {
+    "progress@cuda": 'allot_progress_steps_total{namespace="default",pod="cuda-75454ffb9f-8ljq7"}',
+    "rate@cuda": 'allot_progress_fault_free_steps_per_second{namespace="default",pod="cuda-75454ffb9f-8ljq7"}',
+}
+"""A workload's own progress signal (accounting.policy.dcgm PROGRESS_DOC), served beside its GPU's series."""
+
+
 class Exporter:
     """Serves the chosen real series at /metrics with the values set in ``values`` (key → value)."""
 
     def __init__(self) -> None:
-        self.series = real_series()
-        self.values: dict[str, float] = {}
+        self.series = {**real_series(), **PROGRESS}
+        self.values: dict[str, Any] = {}
         self.served: dict[str, list[float]] = defaultdict(list)
         self.serving = True
         self.scrapes = 0
@@ -82,14 +89,16 @@ class Exporter:
         by_family: dict[str, list[str]] = defaultdict(list)
         for key, value in self.values.items():
             line = self.series[key]
-            by_family[line.split("{", 1)[0]].append(f"{line} {value}")
-            self.served[key].append(value)
+            served = value() if callable(value) else value
+            by_family[line.split("{", 1)[0]].append(f"{line} {served}")
+            self.served[key].append(served)
         out = []
         for family, lines in by_family.items():
-            out += [f"# TYPE {family} gauge", *lines]
+            out += [f"# TYPE {family} {'counter' if family.endswith('_total') else 'gauge'}", *lines]
         return "\n".join(out) + "\n"
 
-    def choose(self, values: dict[str, float]) -> None:
+    def choose(self, values: dict[str, Any]) -> None:
+        """Values per series key: a number, or a callable giving the value of each scrape (a counter)."""
         with self.lock:
             self.values = dict(values)
 

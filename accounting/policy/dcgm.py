@@ -65,6 +65,11 @@ class Owner:
     def held(self) -> bool:
         return bool(self.namespace and self.pod) or bool(self.job)
 
+    @property
+    def who(self) -> tuple[str, str, str]:
+        """The workload, whatever GPU model: what progress series and GPU series share."""
+        return self.namespace, self.pod, self.job
+
 
 def target_of(labels: Mapping[str, str]) -> tuple[str, str]:
     """The scrape target a series came from (Prometheus's ``job`` and ``instance``)."""
@@ -201,6 +206,57 @@ def activity(
             result.active[key] = result.active.get(key, 0.0) + value * present
             result.observed[key] = result.observed.get(key, 0.0) + present
     return result
+
+
+PROGRESS_DOC = """
+Progress signal (optional; the productive tier is measured where a workload reports it):
+
+* ``allot_progress_steps_total`` — a counter of the steps (or samples, or tokens) the workload has
+  completed, with the same owner labels as its GPUs (``namespace`` + ``pod``, or ``hpc_job``);
+* ``allot_progress_fault_free_steps_per_second`` — a gauge: the rate the same workload reaches on
+  its devices when nothing goes wrong (from a clean run, or declared by its owner).
+
+Productive device-hours of a workload in an hour = its GPU device-hours with telemetry × min(1,
+steps it completed ÷ (fault-free rate × seconds it reported)). Work redone after a restart, time
+spent loading or checkpointing, and stalls all lower it; it is never above the device-hours held.
+"""
+
+
+def progress(
+    increases: Iterable[Mapping[str, object]],
+    counts: Iterable[Mapping[str, object]],
+    rates: Iterable[Mapping[str, object]],
+    *,
+    scrape_seconds: float,
+    renamed: Set[tuple[str, str]] = frozenset(),
+) -> tuple[dict[tuple[tuple[str, str, str], datetime], float], dict[str, int]]:
+    """Each reporting workload's productive share per hour (0–1), from ``increase(steps[1h])``,
+    ``count_over_time(steps[1h])`` and ``max_over_time(fault_free_rate[1h])`` (see PROGRESS_DOC),
+    and what could not be used, counted."""
+
+    def keyed(matrix: Iterable[Mapping[str, object]]) -> dict[tuple[tuple[str, str, str], float], float]:
+        found = {}
+        for series in matrix:
+            labels = _labels(series)
+            who = owner_of(labels, target_of(labels) in renamed).who
+            for stamp, value in _values(series):
+                found[(who, stamp)] = float(value)
+        return found
+
+    done, samples, rate = keyed(increases), keyed(counts), keyed(rates)
+    shares: dict[tuple[tuple[str, str, str], datetime], float] = {}
+    counted: dict[str, int] = {}
+    for (who, stamp), steps in done.items():
+        fault_free = rate.get((who, stamp), 0.0)
+        seconds = samples.get((who, stamp), 0.0) * scrape_seconds
+        if fault_free <= 0 or seconds <= 0:
+            counted["progress_without_rate"] = counted.get("progress_without_rate", 0) + 1
+            continue
+        if steps < 0:
+            counted["impossible_values"] = counted.get("impossible_values", 0) + 1
+            continue
+        shares[(who, datetime.fromtimestamp(stamp - 3600, tz=UTC))] = min(1.0, steps / (fault_free * seconds))
+    return shares, counted
 
 
 def gaps(start: datetime, end: datetime, with_data: set[datetime]) -> list[datetime]:

@@ -6,10 +6,12 @@ now, from the Prometheus ``ALLOT_DCGM_PROMETHEUS`` names for the cluster, with o
 ``avg_over_time`` and one ``count_over_time`` range query per activity metric
 (``accounting.policy.dcgm``). A pod's GPU belongs to the unit its namespace is bound to; a Slurm
 job's to the unit of its recorded job. The run rewrites the cluster's ``ActivityHour`` rows of the
-hours it read, in one transaction. What it cannot use is counted on the run: GPUs no workload holds,
-namespaces or jobs that map to no unit, values outside 0–100 %, hours without any sample (gaps), and
-Prometheus's clock when it differs from ours. A PromQL error, a timeout or a Prometheus that is down
-fails the run with the exact error; nothing is written and the watermark stays.
+hours it read, in one transaction. Where a workload reports progress (``accounting.policy.dcgm``
+PROGRESS_DOC), its productive device-hours are measured from it and stored beside its activity.
+What it cannot use is counted on the run: GPUs no workload holds, namespaces or jobs that map to
+no unit, values outside 0–100 %, hours without any sample (gaps), and Prometheus's clock when it
+differs from ours. A PromQL error, a timeout or a Prometheus that is down fails the run with the
+exact error; nothing is written and the watermark stays.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django.utils import timezone
 
 from accounting.integrations.prometheus import Prometheus, PrometheusError
 from accounting.models import ActivityHour, SourceKind, SourceRun, SourceStatus, WorkloadRecord
-from accounting.policy.dcgm import Owner, activity, gaps, parse_metrics, points, renamed_targets
+from accounting.policy.dcgm import Owner, activity, gaps, parse_metrics, points, progress, renamed_targets
 from quotas.models import Cluster, ClusterKind, NamespaceBinding, ResourceFlavor
 
 SKEW_TOLERANCE_SECONDS = 30
@@ -79,6 +81,12 @@ def usage_ingest_dcgm(
             averages = prometheus.query_range(f"avg_over_time({metric}[1h])", *stamps, 3600)
             samples = prometheus.query_range(f"count_over_time({metric}[1h])", *stamps, 3600)
             answers.append((metric, scale, averages, samples))
+        steps, rate = settings.ALLOT_PROGRESS_METRIC, settings.ALLOT_PROGRESS_RATE_METRIC
+        progress_answers = (
+            prometheus.query_range(f"increase({steps}[1h])", *stamps, 3600),
+            prometheus.query_range(f"count_over_time({steps}[1h])", *stamps, 3600),
+            prometheus.query_range(f"max_over_time({rate}[1h])", *stamps, 3600),
+        )
     except PrometheusError as exc:
         run.status, run.message = SourceStatus.FAILED, str(exc)
         run.counts, run.finished_at = counts, timezone.now()
@@ -88,17 +96,43 @@ def usage_ingest_dcgm(
     per_metric = [(m, scale, points(m, avg, n, renamed)) for m, scale, avg, n in answers]
     found = activity(per_metric, scrape_seconds=settings.ALLOT_DCGM_SCRAPE_SECONDS)
     counts.update(found.counts)
+    shares, progress_counts = progress(
+        *progress_answers, scrape_seconds=settings.ALLOT_DCGM_SCRAPE_SECONDS, renamed=renamed
+    )
+    for key, n in progress_counts.items():
+        counts[key] = counts.get(key, 0) + n
+    measured: dict[tuple[Owner, datetime], tuple[float, float, float | None, float]] = {}
+    for (owner, hour), value in found.active.items():
+        seen = found.observed[(owner, hour)]
+        share = shares.get((owner.who, hour))
+        measured[(owner, hour)] = (
+            value,
+            seen,
+            None if share is None else seen * share,
+            seen if share is not None else 0.0,
+        )
+    counts["reporting_progress"] = sum(1 for m in measured.values() if m[2] is not None)
     missing = gaps(start, _hour(now), found.hours_with_data)  # the current hour is not over: never a gap
     counts["gap_hours"] = len(missing)
     if missing:
         messages.append("hours without any GPU sample: " + ", ".join(f"{h:%Y-%m-%d %H:00}" for h in missing[:6]))
-    rows = _attribute(cluster, found.active, found.observed, counts, messages)
+    rows = _attribute(cluster, measured, counts, messages)
     with transaction.atomic():
         ActivityHour.objects.filter(cluster=cluster, hour__gte=start, hour__lte=last).delete()
         ActivityHour.objects.bulk_create(
             [
-                ActivityHour(cluster=cluster, unit_id=u, flavor_id=f, hour=h, active=a, observed=o, source_run=run)
-                for (u, f, h), (a, o) in sorted(rows.items())
+                ActivityHour(
+                    cluster=cluster,
+                    unit_id=u,
+                    flavor_id=f,
+                    hour=h,
+                    active=a,
+                    observed=o,
+                    productive=p,
+                    reporting=r,
+                    source_run=run,
+                )
+                for (u, f, h), (a, o, p, r) in sorted(rows.items())
             ]
         )
         counts["activity_rows"] = len(rows)
@@ -110,32 +144,35 @@ def usage_ingest_dcgm(
     return run
 
 
+Measured = tuple[float, float, "float | None", float]
+"""Device-hours: active, observed (with telemetry), productive (None: no progress reported), reporting."""
+
+
 def _attribute(
     cluster: Cluster,
-    active: dict[tuple[Owner, datetime], float],
-    observed: dict[tuple[Owner, datetime], float],
+    measured: dict[tuple[Owner, datetime], Measured],
     counts: dict[str, int],
     messages: list[str],
-) -> dict[tuple[int, int, datetime], tuple[float, float]]:
-    """(unit, flavor, hour) → (active, observed) device-hours. Pods: the namespace's bound unit, the
-    flavor whose accelerator model the GPU reports (or the cluster's only flavor). Slurm jobs: the
-    unit and flavor of the recorded job."""
+) -> dict[tuple[int, int, datetime], Measured]:
+    """(unit, flavor, hour) → active, observed, productive and reporting device-hours. Pods: the
+    namespace's bound unit, the flavor whose accelerator model the GPU reports (or the cluster's only
+    flavor). Slurm jobs: the unit and flavor of the recorded job."""
     flavors = list(ResourceFlavor.objects.filter(cluster=cluster))
     by_model = {_model(f.accelerator_model): f.pk for f in flavors}
     only = flavors[0].pk if len(flavors) == 1 else None
     namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
     jobs: dict[str, tuple[Any, Any]] = {}
     if cluster.kind == ClusterKind.SLURM:
-        wanted = {owner.job for owner, _ in active if owner.job}
+        wanted = {owner.job for owner, _ in measured if owner.job}
         for job_id, unit_id, flavor_id in (
             WorkloadRecord.objects.filter(cluster=cluster, job_id__in=wanted)
             .order_by("submitted_at")
             .values_list("job_id", "unit_id", "flavor_id")
         ):
             jobs[job_id] = (unit_id, flavor_id)  # the latest of a reused id wins
-    rows: dict[tuple[int, int, datetime], tuple[float, float]] = {}
+    rows: dict[tuple[int, int, datetime], Measured] = {}
     unresolved: set[str] = set()
-    for (owner, hour), value in active.items():
+    for (owner, hour), (active, observed, productive, reporting) in measured.items():
         if owner.job:
             unit, flavor = jobs.get(owner.job, (None, None))
             what = f"job {owner.job}"
@@ -152,8 +189,10 @@ def _attribute(
             unresolved.add(f"model {owner.model!r}")
             continue
         key = (unit, flavor, hour)
-        before = rows.get(key, (0.0, 0.0))
-        rows[key] = (before[0] + value, before[1] + observed[(owner, hour)])
+        a, o, p, r = rows.get(key, (0.0, 0.0, None, 0.0))
+        if productive is not None:
+            p = (p or 0.0) + productive
+        rows[key] = (a + active, o + observed, p, r + reporting)
     if unresolved:
         messages.append("not attributed: " + ", ".join(sorted(unresolved)[:10]))
     return rows

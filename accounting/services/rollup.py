@@ -11,8 +11,9 @@ clipped to each hour, its borrowed part as the source fixed it (a burst QOS in S
 guarantee at admission in Kueue); guarantee-hours from the unit's guarantee on that flavor for every
 hour a successful ingest of that cluster covered.
 
-Productive device-hours are an estimate, flagged ``productive_estimated``, until a workload reports
-its progress: allocated minus the work evictions lost (see ``LOST``). Active is the measured
+Productive device-hours are measured where workloads report progress (``PROGRESS``; the signal is
+documented in ``accounting.policy.dcgm``) and otherwise an estimate, flagged
+``productive_estimated``: allocated minus the work evictions lost (see ``LOST``). Active is the measured
 activity DCGM reported for the hour (``ACTIVITY``), empty (null) where no telemetry measured it.
 """
 
@@ -144,6 +145,25 @@ ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET active = EXCLUDED.active
 """
 
 
+# Measured productive work (workloads that report progress): the reporting share of the hour is
+# measured, the rest keeps its estimate in proportion; flagged as estimated while any part is.
+PROGRESS = """
+UPDATE accounting_usagehour SET
+  productive = m.productive + CASE WHEN accounting_usagehour.allocated > m.reporting
+      THEN COALESCE(accounting_usagehour.productive, 0) * (1 - m.reporting / accounting_usagehour.allocated)
+      ELSE 0 END,
+  productive_estimated = CASE WHEN accounting_usagehour.allocated > m.reporting * 1.001 THEN %(true)s ELSE %(false)s END
+FROM (
+  SELECT unit_id, flavor_id, hour, SUM(productive) AS productive, SUM(reporting) AS reporting
+  FROM accounting_activityhour
+  WHERE hour >= %(start)s AND hour < %(end)s AND productive IS NOT NULL
+  GROUP BY unit_id, flavor_id, hour
+) m
+WHERE accounting_usagehour.unit_id = m.unit_id AND accounting_usagehour.flavor_id = m.flavor_id
+  AND accounting_usagehour.hour = m.hour
+"""
+
+
 def _cadence_sql() -> str:
     """Each unit's checkpoint cadence (seconds) from its effective contract, as a SQL CASE over the
     unit id (one snapshot; units whose contract sets none lose the whole run)."""
@@ -177,6 +197,7 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
             cursor.execute(ALLOCATIONS.format(columns=COLUMNS), {**params, **clusters})
             cursor.execute(LOST.format(cadence=_cadence_sql()), params)
         cursor.execute(ACTIVITY.format(columns=COLUMNS), {**params, "false": False})
+        cursor.execute(PROGRESS, {**params, "false": False})
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
 

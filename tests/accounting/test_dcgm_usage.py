@@ -96,6 +96,26 @@ def test_activity_per_unit_and_flavor_is_what_the_exporter_served(gpus, dcgm_exp
     assert after == before
 
 
+def test_productive_work_is_measured_from_a_workloads_progress_signal(gpus, dcgm_exporter):
+    steps = iter(range(100_000, 200_000, 5))  # 5 steps a scrape, a scrape a second: 5 steps/s
+    scrape(dcgm_exporter, [{CUDA: 0.6, "progress@cuda": lambda: next(steps), "rate@cuda": 10}], scrapes=8)
+    run = usage_ingest_dcgm(cluster=gpus.cluster)
+    assert run.status == SourceStatus.OK, run.message
+    assert run.counts["reporting_progress"] >= 1
+    rows = list(ActivityHour.objects.filter(unit=gpus.vision, flavor__name="rtx4000"))
+    productive = sum(r.productive or 0 for r in rows)
+    observed = sum(r.observed for r in rows)
+    assert productive == pytest.approx(observed * 0.5, rel=0.15)  # 5 of a fault-free 10 steps/s
+    assert sum(r.reporting for r in rows) == pytest.approx(observed)
+
+    now = timezone.now()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    usage_rollup(start=hour - timedelta(hours=1), end=hour + timedelta(hours=1), now=now)
+    hours = UsageHour.objects.filter(unit=gpus.vision, flavor__name="rtx4000", hour__gte=hour - timedelta(hours=1))
+    assert hours and all(not h.productive_estimated for h in hours)  # measured, not estimated
+    assert sum(h.productive for h in hours) == pytest.approx(productive)
+
+
 def test_a_promql_error_a_prometheus_down_and_a_timeout_are_recorded_and_change_nothing(gpus, settings):
     ActivityHour.objects.create(
         cluster=gpus.cluster, unit=gpus.vision, flavor=gpus.flavor, hour=timezone.now().replace(minute=0, second=0,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.policy.dcgm import activity, gaps, owner_of, parse_metrics, points, renamed_targets
+from accounting.policy.dcgm import activity, gaps, owner_of, parse_metrics, points, progress, renamed_targets
 
 SAMPLES = Path(__file__).parents[2] / "fixtures" / "usage" / "dcgm"
 H0 = datetime(2026, 11, 2, 10, tzinfo=UTC)
@@ -99,3 +99,18 @@ def test_metric_settings_are_read_with_clear_errors() -> None:
         parse_metrics(["DCGM_FI_DEV_GPU_UTIL:percent"])
     with pytest.raises(ValueError, match="give a metric name"):
         parse_metrics([":0.01"])
+
+
+def test_progress_share_is_steps_over_the_fault_free_rate_and_never_above_one() -> None:
+    pod = {"namespace": "vision", "pod": "train-0"}
+    other = {"hpc_job": "4711"}
+    shares, counted = progress(
+        [series(pod, (0, 9000), (1, 50_000)), series(other, (0, 10)), series({"pod": "x", "namespace": "y"}, (0, -3))],
+        [series(pod, (0, 120), (1, 120)), series(other, (0, 120)), series({"pod": "x", "namespace": "y"}, (0, 120))],
+        [series(pod, (0, 5), (1, 5)), series({"pod": "x", "namespace": "y"}, (0, 5))],
+        scrape_seconds=30,
+    )
+    who = owner_of(pod).who
+    assert shares[(who, H0)] == pytest.approx(9000 / (5 * 3600))  # half the fault-free steps
+    assert shares[(who, H0 + timedelta(hours=1))] == 1.0  # more than fault-free: capped
+    assert counted == {"progress_without_rate": 1, "impossible_values": 1}
