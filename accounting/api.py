@@ -10,11 +10,22 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.models import SourceRun, WorkloadRecord
-from accounting.selectors import GROUPS, MEASURES, usage_hours, usage_summary
+from accounting.policy.showback import SharedCost
+from accounting.selectors import (
+    FLAVOR_PARTS,
+    GROUPS,
+    MEASURES,
+    showback_period,
+    showback_report,
+    usage_hours,
+    usage_summary,
+)
+from quotas.access import may_read_costs
 from quotas.selectors import subtree
 
 
@@ -128,3 +139,90 @@ class SourceRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     queryset = SourceRun.objects.select_related("cluster")
     serializer_class = SourceRunOut
     filterset_fields = ["source", "status"]
+
+
+class ShowbackQuery(serializers.Serializer):
+    month = serializers.CharField(required=False, default="", help_text="YYYY-MM (UTC); the default period.")
+    day = serializers.CharField(required=False, default="", help_text="YYYY-MM-DD (UTC), instead of a month.")
+    within = serializers.CharField(required=False, default="", help_text="A unit path: it and everything below.")
+    rollup = serializers.BooleanField(required=False, default=True, help_text="Each unit with its subtree.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs["month"] and not attrs["day"]:
+            raise serializers.ValidationError({"month": "give month=YYYY-MM or day=YYYY-MM-DD"})
+        try:
+            attrs["period"] = showback_period(attrs["month"], attrs["day"])
+        except ValueError as exc:
+            name, _, message = str(exc).partition(": ")
+            raise serializers.ValidationError({name: f"{message}: use month=YYYY-MM or day=YYYY-MM-DD"}) from exc
+        return attrs
+
+
+MONEY = serializers.CharField(allow_null=True, help_text="In the flavor's currency, to the cent; null: no price.")
+SHOWBACK = inline_serializer(
+    "Showback",
+    fields={
+        "period": inline_serializer(
+            "ShowbackPeriod",
+            fields={
+                "label": serializers.CharField(),
+                "start": serializers.DateTimeField(),
+                "end": serializers.DateTimeField(),
+                "hours": serializers.FloatField(),
+            },
+        ),
+        "within": serializers.CharField(),
+        "rule": serializers.ChoiceField(
+            choices=[r.value for r in SharedCost], help_text="How shared cost is charged (ALLOT_SHOWBACK_SHARED_COST)."
+        ),
+        "lines": inline_serializer(
+            "ShowbackLine",
+            many=True,
+            fields={
+                "unit_path": serializers.CharField(),
+                "depth": serializers.IntegerField(),
+                "archived": serializers.BooleanField(),
+                "flavor_key": serializers.CharField(),
+                **{
+                    f"{k}_h": serializers.FloatField()
+                    for k in ("guarantee", "used", "idle", "lent", "borrowed", "shared", "charged")
+                },
+                "cost": MONEY,
+                "idle_cost": MONEY,
+                "lent_credit": MONEY,
+            },
+        ),
+        "flavors": inline_serializer(
+            "ShowbackFlavor",
+            many=True,
+            fields={
+                "flavor_key": serializers.CharField(),
+                "price_per_device_hour": serializers.CharField(allow_null=True),
+                **{f"{k}_h": serializers.FloatField() for k in FLAVOR_PARTS},
+                "fleet_cost": MONEY,
+                "unshared_cost": MONEY,
+            },
+        ),
+        "problems": serializers.ListField(child=serializers.CharField()),
+    },
+)
+
+
+@extend_schema(
+    parameters=[OpenApiParameter(name, OpenApiTypes.STR) for name in ("month", "day", "within")]
+    + [OpenApiParameter("rollup", OpenApiTypes.BOOL)],
+    responses={200: SHOWBACK},
+)
+@api_view(["GET"])
+def showback(request: Request) -> Response:
+    """Quota-aware showback for a month or a day: per unit × flavor, device-hours and cost split into
+    guarantee used, guarantee idle (the opportunity cost), lent (a credit), borrowed and a share of
+    what nobody holds; per flavor, the fleet's parts, which the lines add up to, to the cent."""
+    query = ShowbackQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    params = query.validated_data
+    if not may_read_costs(request.user, params["within"]):
+        raise PermissionDenied(
+            "costs are visible to leads of the unit or a unit above it: give within=<a unit you lead>"
+        )
+    return Response(showback_report(params["period"], within=params["within"], rollup=params["rollup"]))

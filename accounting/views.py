@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Max
+from django.db.models.functions import TruncMonth
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from accounting.models import SourceRun, SourceStatus
+from accounting.models import SourceRun, SourceStatus, UsageHour
+from accounting.selectors import showback_period, showback_report
+from quotas.access import may_read_costs
 
 
 @login_required
@@ -27,3 +30,25 @@ def sources(request: HttpRequest) -> HttpResponse:
     }
     rows = [{"run": run, "watermark": good.get((run.source, run.cluster_id, run.name))} for run in latest]
     return render(request, "accounting/sources.html", {"rows": rows})
+
+
+@login_required
+def showback_page(request: HttpRequest) -> HttpResponse:
+    """The month's showback, rolled up the tree (the latest month with usage unless one is asked for):
+    per unit and flavor, device-hours and cost used, idle, lent, borrowed and shared; per flavor, the
+    fleet's parts that the lines add up to."""
+    months = [
+        m.strftime("%Y-%m")
+        for m in UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
+    ]
+    month = request.GET.get("month") or (months[0] if months else "")
+    within = request.GET.get("within", "")
+    context: dict[str, object] = {"months": months, "month": month, "within": within, "report": None, "error": ""}
+    if not may_read_costs(request.user, within):
+        context["error"] = "Costs are visible to the leads of a unit and the units above it: choose a unit you lead."
+    elif month:
+        try:
+            context["report"] = showback_report(showback_period(month), within=within)
+        except ValueError as exc:
+            context["error"] = f"{exc}: choose a month from the list."
+    return render(request, "accounting/showback.html", context)

@@ -199,6 +199,19 @@ ALLOT_DCGM_SCRAPE_SECONDS = env_int("ALLOT_DCGM_SCRAPE_SECONDS", 30)  # the expo
 ALLOT_DCGM_TIMEOUT_SECONDS = env_int("ALLOT_DCGM_TIMEOUT_SECONDS", 30)  # per PromQL query
 ALLOT_USAGE_DCGM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_DCGM_OVERLAP_SECONDS", 7200)  # hours re-read each run
 ALLOT_USAGE_DCGM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_DCGM_LOOKBACK_SECONDS", 86400)  # a cluster's first read
+# Showback: how each organisation charges what no unit holds or is promised (not_shared | guarantee | use):
+# "acme=guarantee,not_shared" — org=rule pairs, a bare rule the default.
+ALLOT_SHOWBACK_SHARED_COST = [
+    tuple(p.split("=", 1)) if "=" in p else ("", p) for p in env_list("ALLOT_SHOWBACK_SHARED_COST", ["not_shared"])
+]
+for _org, _rule in ALLOT_SHOWBACK_SHARED_COST:
+    if _rule not in ("not_shared", "guarantee", "use"):
+        raise ImproperlyConfigured(
+            f"ALLOT_SHOWBACK_SHARED_COST: {_rule!r} for {_org or 'the default'} is not not_shared, guarantee or use"
+        )
+ALLOT_SHOWBACK_VISIBILITY = env_str("ALLOT_SHOWBACK_VISIBILITY", "everyone")  # or "leads": a lead reads their subtree
+if ALLOT_SHOWBACK_VISIBILITY not in ("everyone", "leads"):
+    raise ImproperlyConfigured("ALLOT_SHOWBACK_VISIBILITY: use everyone or leads")
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------

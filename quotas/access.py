@@ -37,6 +37,18 @@ def _within(path: str, led: list[str], *, strictly: bool) -> bool:
     return any(path.startswith(f"{p}/") or (not strictly and path == p) for p in led)
 
 
+def may_read_costs(user: Viewer, path: str, led: list[str] | None = None) -> bool:
+    """Showback and findings of ``path`` (and below): everyone signed in, like the tree, unless
+    ALLOT_SHOWBACK_VISIBILITY=leads — then platform admins, and leads of it or a unit above it."""
+    from django.conf import settings
+
+    if settings.ALLOT_SHOWBACK_VISIBILITY == "everyone":
+        return bool(getattr(user, "is_authenticated", False))
+    if is_platform_admin(user):
+        return True
+    return bool(path) and _within(path, led_paths(user) if led is None else led, strictly=False)
+
+
 def may_set_directly(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bool:
     return is_platform_admin(user) or _within(unit.path, led_paths(user) if led is None else led, strictly=True)
 

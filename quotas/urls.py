@@ -17,4 +17,5 @@ urlpatterns = [
     path("clusters/<str:name>/slurm/<str:what>/", clusters.slurm_file, name="slurm-file"),
     path("sync-runs/<int:run_id>/", clusters.sync_run, name="sync-run"),
     path("usage/sources/", accounting_views.sources, name="usage-sources"),
+    path("showback/", accounting_views.showback_page, name="showback"),
 ]

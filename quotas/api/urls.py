@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from accounting.api import SourceRunViewSet, WorkloadRecordViewSet, usage
+from accounting.api import SourceRunViewSet, WorkloadRecordViewSet, showback, usage
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -25,5 +25,6 @@ urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),
     path("preview/", views.preview_view, name="preview"),
     path("usage/", usage, name="usage"),
+    path("showback/", showback, name="showback"),
     path("", include(router.urls)),
 ]

@@ -113,7 +113,7 @@ def test_productive_work_is_measured_from_a_workloads_progress_signal(gpus, dcgm
     usage_rollup(start=hour - timedelta(hours=1), end=hour + timedelta(hours=1), now=now)
     hours = UsageHour.objects.filter(unit=gpus.vision, flavor__name="rtx4000", hour__gte=hour - timedelta(hours=1))
     assert hours and all(not h.productive_estimated for h in hours)  # measured, not estimated
-    assert sum(h.productive for h in hours) == pytest.approx(productive)
+    assert sum(h.productive or 0 for h in hours) == pytest.approx(productive)
 
 
 def test_a_promql_error_a_prometheus_down_and_a_timeout_are_recorded_and_change_nothing(gpus, settings):
