@@ -1,0 +1,451 @@
+"""Hoarding and broken promises, found in the rollups: pure detectors over window totals, each finding
+with its numbers, the cost at stake, a suggested action and a key that stays the same while the
+condition persists (so a finding that lasts is one finding with a growing window).
+
+The stance (seed 8.11–8.12): hold the guarantee, lend the idle part, bring the guarantee itself to
+review — a detector never takes a guarantee away; it suggests a change request a lead approves.
+
+Defaults come from what real tools use: Microsoft OpenPAI's low-utilisation notice (below 20 % over
+5 days, Microsoft/pai#4266) for idle guarantees; Alibaba PAI-DSW's idle culler (GPU below 10 % for
+60 minutes) for zombie allocations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from enum import StrEnum
+from typing import Any
+
+CENT = Decimal("0.01")
+
+
+class FindingKind(StrEnum):
+    IDLE_GUARANTEE = "idle_guarantee"
+    DEMAND_ABOVE_GUARANTEE = "demand_above_guarantee"
+    IDLE_RESERVATION = "idle_reservation"
+    ZOMBIE_ALLOCATION = "zombie_allocation"
+    STUCK_RESERVATION = "stuck_reservation"
+    CONTRACT_NOT_HONOURED = "contract_not_honoured"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    idle_used_below: float = 0.20
+    """Idle guarantee: used less than this share of its own guarantee over the window…"""
+    idle_window_days: int = 5
+    demand_share_above: float = 0.25
+    """Demand above guarantee: held + queued above the guarantee in at least this share of hours…"""
+    demand_borrowed_below: float = 0.10
+    """…while it borrowed less than this share of its guarantee."""
+    zombie_active_below: float = 0.10
+    """Zombie: devices held with activity below this share…"""
+    zombie_minutes: int = 60
+    """…for at least this long."""
+    stuck_minutes: int = 10
+    """A Kueue Workload evicted for this long that still holds its quota reservation."""
+    reservation_window_days: int = 7
+
+    def problems(self) -> list[str]:
+        """Every threshold out of range, named, with its range."""
+        found = []
+        for name in ("idle_used_below", "demand_share_above", "demand_borrowed_below", "zombie_active_below"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                found.append(f"{name} = {value}: give a share between 0 and 1 (e.g. 0.2 for 20 %)")
+        for name in ("idle_window_days", "reservation_window_days"):
+            if not 1 <= getattr(self, name) <= 92:
+                found.append(f"{name} = {getattr(self, name)}: give 1 to 92 days")
+        for name in ("zombie_minutes", "stuck_minutes"):
+            if not 1 <= getattr(self, name) <= 7 * 24 * 60:
+                found.append(f"{name} = {getattr(self, name)}: give 1 minute to 7 days")
+        return found
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass(frozen=True)
+class UnitWindow:
+    """A unit on a flavor over the detection window (device-hours, from the hourly rollups)."""
+
+    unit: int
+    flavor: int
+    path: str
+    flavor_key: str
+    guarantee: int
+    """Its guarantee now (devices)."""
+    lendable: int
+    children_guarantee: int
+    """What its children's guarantees take of it: the smallest guarantee a suggestion may give."""
+    guarantee_h: float
+    """Its own guarantee-hours (children's taken out)."""
+    within_h: float
+    borrowed_h: float
+    lent_h: float
+    pending_h: float
+    hours: int
+    """Hours with telemetry."""
+    expected_hours: int
+    hours_demand_above: int
+    """Hours in which held + queued was above its guarantee."""
+    p95_held: float
+    p95_demand: float
+    """95th percentile of devices held + queued per hour."""
+    others_waiting_hours: int
+    """Hours in which another unit on the flavor queued or borrowed."""
+    price: Decimal | None
+    daily: Sequence[tuple[str, float, float]] = ()
+    """Per day: held and queued devices (averages), for the evidence chart."""
+
+    @property
+    def partial(self) -> bool:
+        return self.hours < self.expected_hours
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: FindingKind
+    key: str
+    unit: int | None
+    flavor: int | None
+    start: datetime
+    end: datetime
+    summary: str
+    evidence: Mapping[str, Any]
+    cost: Decimal | None
+    suggestion: str
+    action: Mapping[str, Any] | None = None
+    """A quota change a lead can turn into a change request: unit, flavor, guarantee and/or lendable."""
+    partial: bool = False
+
+
+def _money(price: Decimal | None, device_hours: float) -> Decimal | None:
+    if price is None:
+        return None
+    return (price * Decimal(repr(max(0.0, device_hours)))).quantize(CENT, ROUND_HALF_UP)
+
+
+def _coverage(w: UnitWindow) -> dict[str, Any]:
+    return {"hours_with_telemetry": w.hours, "hours_in_window": w.expected_hours, "partial": w.partial}
+
+
+def idle_guarantees(windows: Iterable[UnitWindow], th: Thresholds, start: datetime, end: datetime) -> list[Found]:
+    """A unit that used less than ``idle_used_below`` of its own guarantee over the window while
+    others on the flavor queued or borrowed: lend the idle part, or bring the guarantee to review."""
+    found = []
+    for w in windows:
+        if w.guarantee_h <= 0 or not w.hours or w.within_h >= th.idle_used_below * w.guarantee_h:
+            continue
+        if not w.others_waiting_hours:
+            continue  # idle, but nobody wanted it: no opportunity lost
+        idle_h = max(0.0, w.guarantee_h - w.within_h - w.lent_h)
+        used = w.within_h / w.guarantee_h
+        evidence = {
+            "used_share": round(used, 4),
+            "guarantee_h": round(w.guarantee_h, 1),
+            "used_h": round(w.within_h, 1),
+            "lent_h": round(w.lent_h, 1),
+            "idle_h": round(idle_h, 1),
+            "p95_held": round(w.p95_held, 1),
+            "others_waiting_hours": w.others_waiting_hours,
+            "daily": list(w.daily),
+            **_coverage(w),
+        }
+        if w.lendable < w.guarantee:
+            suggestion = (
+                f"Lend the idle part: raise lendable on {w.flavor_key} from {w.lendable} to {w.guarantee}; the "
+                f"guarantee stays, and comes back within the contract's reclaim time when {w.path} needs it."
+            )
+            action: dict[str, Any] | None = {"unit": w.unit, "flavor": w.flavor, "lendable": w.guarantee}
+        else:
+            smaller = max(w.children_guarantee, math.ceil(w.p95_held))
+            suggestion = (
+                f"Review the guarantee: all of it is lendable already and {used:.0%} was used; 95 % of hours "
+                f"held {w.p95_held:.1f} devices or fewer — a guarantee of {smaller} would cover them."
+            )
+            action = (
+                {"unit": w.unit, "flavor": w.flavor, "guarantee": smaller, "lendable": smaller}
+                if smaller < w.guarantee
+                else None
+            )
+        found.append(
+            Found(
+                FindingKind.IDLE_GUARANTEE,
+                f"{FindingKind.IDLE_GUARANTEE}:{w.unit}:{w.flavor}",
+                w.unit,
+                w.flavor,
+                start,
+                end,
+                f"{w.path} used {used:.0%} of its guarantee on {w.flavor_key} while others queued or borrowed "
+                f"in {w.others_waiting_hours} h",
+                evidence,
+                _money(w.price, idle_h),
+                suggestion,
+                action,
+                w.partial,
+            )
+        )
+    return found
+
+
+def demand_above_guarantee(
+    windows: Iterable[UnitWindow], th: Thresholds, start: datetime, end: datetime
+) -> list[Found]:
+    """A unit whose held + queued devices were above its guarantee in at least ``demand_share_above``
+    of the hours while it borrowed little: its guarantee is too small for what it runs."""
+    found = []
+    for w in windows:
+        if w.guarantee <= 0 or not w.hours or w.hours_demand_above < th.demand_share_above * w.hours:
+            continue
+        if w.borrowed_h >= th.demand_borrowed_below * max(w.guarantee_h, 1e-9):
+            continue
+        larger = max(w.guarantee + 1, math.ceil(w.p95_demand))
+        share = w.hours_demand_above / w.hours
+        found.append(
+            Found(
+                FindingKind.DEMAND_ABOVE_GUARANTEE,
+                f"{FindingKind.DEMAND_ABOVE_GUARANTEE}:{w.unit}:{w.flavor}",
+                w.unit,
+                w.flavor,
+                start,
+                end,
+                f"{w.path} wanted more than its guarantee of {w.guarantee} on {w.flavor_key} in {share:.0%} of hours "
+                f"and borrowed little",
+                {
+                    "hours_above": w.hours_demand_above,
+                    "share_above": round(share, 4),
+                    "p95_demand": round(w.p95_demand, 1),
+                    "guarantee": w.guarantee,
+                    "queued_h": round(w.pending_h, 1),
+                    "borrowed_h": round(w.borrowed_h, 1),
+                    "daily": list(w.daily),
+                    **_coverage(w),
+                },
+                _money(w.price, w.pending_h),
+                f"Grow the guarantee to {larger} (95 % of hours wanted {w.p95_demand:.1f} devices or fewer), or "
+                f"find the lender: its queued work cost {w.pending_h:.0f} device-hours of waiting.",
+                {"unit": w.unit, "flavor": w.flavor, "guarantee": larger},
+                w.partial,
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class ReservationWindow:
+    flavor: int
+    flavor_key: str
+    reserved: int
+    physical: int
+    headroom: int
+    peak_held: float
+    """The most devices all units held in one hour of the window (hourly average)."""
+    hours: int
+    expected_hours: int
+    price: Decimal | None
+
+
+def idle_reservations(
+    windows: Iterable[ReservationWindow], th: Thresholds, start: datetime, end: datetime
+) -> list[Found]:
+    """Non-preemptible reservations the window never needed: even at its busiest hour the units held no
+    more than the capacity outside them, so the reserved devices only ever sat idle."""
+    found = []
+    for w in windows:
+        outside = w.physical - w.reserved - w.headroom
+        if w.reserved <= 0 or not w.hours or w.peak_held > outside:
+            continue
+        spare = min(w.reserved, math.floor(outside - w.peak_held))
+        found.append(
+            Found(
+                FindingKind.IDLE_RESERVATION,
+                f"{FindingKind.IDLE_RESERVATION}:{w.flavor}",
+                None,
+                w.flavor,
+                start,
+                end,
+                f"{w.reserved} reserved devices on {w.flavor_key} were never needed: the busiest hour held "
+                f"{w.peak_held:.1f} of the {outside} outside reservations",
+                {
+                    "reserved": w.reserved,
+                    "peak_held": round(w.peak_held, 1),
+                    "capacity_outside": outside,
+                    "hours_with_telemetry": w.hours,
+                    "hours_in_window": w.expected_hours,
+                    "partial": w.hours < w.expected_hours,
+                },
+                _money(w.price, w.reserved * w.hours),
+                f"Review the reservations on {w.flavor_key}: {spare} of the {w.reserved} devices could become "
+                f"guarantees or lendable capacity.",
+                None,
+                w.hours < w.expected_hours,
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class QuietSpan:
+    """Consecutive hours a unit held devices on a flavor with measured activity below the threshold."""
+
+    unit: int
+    flavor: int
+    path: str
+    flavor_key: str
+    start: datetime
+    end: datetime
+    held_h: float
+    active_h: float
+    workloads: Sequence[str]
+    """The unit's workloads that held devices through the whole span."""
+    price: Decimal | None
+
+
+def zombie_allocations(spans: Iterable[QuietSpan], th: Thresholds) -> list[Found]:
+    found = []
+    for s in spans:
+        minutes = (s.end - s.start).total_seconds() / 60
+        if minutes < th.zombie_minutes or s.held_h <= 0:
+            continue
+        share = s.active_h / s.held_h
+        found.append(
+            Found(
+                FindingKind.ZOMBIE_ALLOCATION,
+                f"{FindingKind.ZOMBIE_ALLOCATION}:{s.unit}:{s.flavor}",
+                s.unit,
+                s.flavor,
+                s.start,
+                s.end,
+                f"{s.path} held {s.held_h / max(minutes / 60, 1e-9):.1f} devices on {s.flavor_key} for "
+                f"{minutes / 60:.0f} h with {share:.0%} activity",
+                {
+                    "held_h": round(s.held_h, 1),
+                    "active_h": round(s.active_h, 2),
+                    "active_share": round(share, 4),
+                    "workloads": list(s.workloads)[:20],
+                },
+                _money(s.price, s.held_h - s.active_h),
+                "Ask the owners of the workloads listed whether they still run; stop or checkpoint the idle ones.",
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class StuckWorkload:
+    record: int
+    unit: int | None
+    flavor: int | None
+    name: str
+    path: str
+    devices: int
+    evicted_at: datetime
+    reason: str
+    price: Decimal | None
+
+
+def stuck_reservations(workloads: Iterable[StuckWorkload], th: Thresholds, now: datetime) -> list[Found]:
+    """Kueue Workloads evicted ``stuck_minutes`` ago or more that still hold their quota reservation
+    (QuotaReserved=True, no pods): the quota is counted as used while nothing runs."""
+    found = []
+    for w in workloads:
+        if now - w.evicted_at < timedelta(minutes=th.stuck_minutes):
+            continue
+        hours = (now - w.evicted_at).total_seconds() / 3600
+        found.append(
+            Found(
+                FindingKind.STUCK_RESERVATION,
+                f"{FindingKind.STUCK_RESERVATION}:{w.record}",
+                w.unit,
+                w.flavor,
+                w.evicted_at,
+                now,
+                f"{w.name} ({w.path or 'no unit'}) keeps {w.devices} devices of quota reserved {hours:.1f} h after "
+                f"it was evicted ({w.reason})",
+                {
+                    "devices": w.devices,
+                    "evicted_at": w.evicted_at.isoformat(),
+                    "reason": w.reason,
+                    "hours": round(hours, 2),
+                },
+                _money(w.price, w.devices * hours),
+                "Delete or deactivate the Workload (its admission check rejected it or it lost its pods); Kueue "
+                "releases the reservation once it is finished or inactive.",
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """A workload inside its unit's guarantee that waited while a borrower on the flavor was preempted."""
+
+    lender: int
+    lender_path: str
+    borrower: int | None
+    borrower_path: str
+    flavor: int
+    flavor_key: str
+    submitted: datetime
+    admitted: datetime
+    preempted: datetime
+    promised_s: int
+    devices: int
+    price: Decimal | None
+
+
+def contracts_not_honoured(reclaims: Iterable[Reclaim], start: datetime, end: datetime) -> list[Found]:
+    """Reclaims that took longer than the lender's contract promises (reclaim within), per lender and
+    borrower: the guarantee was not delivered in time."""
+    grouped: dict[tuple[int, int | None, int], list[Reclaim]] = {}
+    for r in reclaims:
+        if (r.admitted - r.submitted).total_seconds() > r.promised_s:
+            grouped.setdefault((r.lender, r.borrower, r.flavor), []).append(r)
+    found = []
+    for (lender, borrower, flavor), late in sorted(grouped.items(), key=lambda kv: str(kv[0])):
+        first = late[0]
+        waits = sorted((r.admitted - r.submitted).total_seconds() for r in late)
+        beyond_h = sum(((r.admitted - r.submitted).total_seconds() - r.promised_s) * r.devices for r in late) / 3600
+        found.append(
+            Found(
+                FindingKind.CONTRACT_NOT_HONOURED,
+                f"{FindingKind.CONTRACT_NOT_HONOURED}:{lender}:{borrower}:{flavor}",
+                lender,
+                flavor,
+                start,
+                end,
+                f"{first.lender_path} waited up to {waits[-1] / 60:.0f} min for its guarantee on {first.flavor_key} "
+                f"(promised {first.promised_s / 60:.0f} min) while {first.borrower_path or 'a borrower'} was reclaimed",
+                {
+                    "reclaims": len(late),
+                    "longest_wait_s": int(waits[-1]),
+                    "median_wait_s": int(waits[len(waits) // 2]),
+                    "promised_s": first.promised_s,
+                    "borrower": first.borrower_path,
+                    "device_hours_beyond_promise": round(beyond_h, 2),
+                },
+                _money(first.price, beyond_h),
+                "Check the borrower's preemption settings and grace period against the lender's contract "
+                "(reclaim within ≥ grace period + exit time + a scheduling pass), or lengthen the promise.",
+            )
+        )
+    return found
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class Detected:
+    findings: list[Found] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
