@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import QuerySet
+from django.conf import settings
+from django.db.models import Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
-from rest_framework.decorators import api_view
+from rest_framework.decorators import action, api_view
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounting.models import SourceRun, WorkloadRecord
+from accounting.models import Finding, SourceRun, WorkloadRecord
 from accounting.policy.showback import SharedCost
 from accounting.selectors import (
     FLAVOR_PARTS,
@@ -25,7 +27,8 @@ from accounting.selectors import (
     usage_hours,
     usage_summary,
 )
-from quotas.access import may_read_costs
+from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
+from quotas.access import is_platform_admin, led_paths, may_read_costs
 from quotas.selectors import subtree
 
 
@@ -226,3 +229,89 @@ def showback(request: Request) -> Response:
             "costs are visible to leads of the unit or a unit above it: give within=<a unit you lead>"
         )
     return Response(showback_report(params["period"], within=params["within"], rollup=params["rollup"]))
+
+
+class FindingOut(serializers.ModelSerializer):
+    unit_path = serializers.CharField(source="unit.path", allow_null=True, default=None)
+    flavor_key = serializers.CharField(source="flavor.key", allow_null=True, default=None)
+    change_request = serializers.IntegerField(source="change_request_id", allow_null=True, read_only=True)
+
+    class Meta:
+        model = Finding
+        fields = [
+            "id", "kind", "key", "unit_path", "flavor_key", "window_start", "window_end", "summary", "evidence", "cost",
+            "suggestion", "action", "partial", "state", "state_reason", "change_request", "detections", "opened_at",
+            "updated_at", "closed_at",
+        ]  # fmt: skip
+
+
+class FindingFilter(django_filters.FilterSet):
+    within = django_filters.CharFilter(method="filter_within", help_text="A unit path: findings for it and below.")
+
+    class Meta:
+        model = Finding
+        fields = ["state", "kind"]
+
+    def filter_within(self, queryset: QuerySet[Finding], name: str, value: str) -> QuerySet[Any]:
+        return queryset.filter(subtree("unit__path", value))
+
+
+class FindingAct(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Required to dismiss.")
+
+
+class FindingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """What the detectors found — idle guarantees, demand above guarantee, idle reservations, zombie
+    allocations, stuck Kueue reservations, contracts not honoured — with evidence, cost at stake and a
+    suggested action. Leads of the unit (or above) and platform admins act on them."""
+
+    queryset = Finding.objects.select_related("unit", "flavor__cluster")
+    serializer_class = FindingOut
+    filterset_class = FindingFilter
+    permission_classes = [IsAuthenticated]  # actions: the services check the unit's leads (quotas.access)
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        rows = super().get_queryset()
+        if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(self.request.user):
+            led = led_paths(self.request.user)
+            if not led:
+                return rows.none()
+            match = Q()
+            for path in led:
+                match |= subtree("unit__path", path)
+            rows = rows.filter(match)
+        return rows
+
+    def _act(self, request: Request, do: Any) -> Response:
+        body = FindingAct(data=request.data)
+        body.is_valid(raise_exception=True)
+        finding = self.get_object()
+        result = do(actor=request.user, finding=finding, reason=body.validated_data["reason"])
+        if isinstance(result, Finding):
+            return Response(FindingOut(result).data)
+        return Response({"change_request": result.pk, "finding": FindingOut(Finding.objects.get(pk=finding.pk)).data})
+
+    @extend_schema(request=FindingAct, responses={200: FindingOut})
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+        """Seen: the finding stays live and keeps being updated by the detectors."""
+        return self._act(request, finding_acknowledge)
+
+    @extend_schema(request=FindingAct, responses={200: FindingOut})
+    @action(detail=True, methods=["post"])
+    def dismiss(self, request: Request, pk: str | None = None) -> Response:
+        """Not worth acting on: needs a reason; the same condition stays quiet for the snooze period."""
+        return self._act(request, finding_dismiss)
+
+    @extend_schema(
+        request=FindingAct,
+        responses={
+            200: inline_serializer(
+                "FindingChange", fields={"change_request": serializers.IntegerField(), "finding": FindingOut()}
+            )
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="request-change")
+    def request_change(self, request: Request, pk: str | None = None) -> Response:
+        """Turn the suggested action into a change request (approved through the usual flow)."""
+        return self._act(request, finding_request_change)

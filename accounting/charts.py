@@ -111,3 +111,30 @@ def usage_chart(
     return UsageChart(
         rects, " ".join(guarantee_points), ceiling_line, ticks, labels, width, height, top, active, bool(active)
     )
+
+
+@dataclass(frozen=True)
+class Spark:
+    rects: list[Rect]
+    guarantee_y: float | None
+    width: int
+    height: int
+
+
+def evidence_chart(daily: Sequence[Sequence[object]], guarantee: float | None, *, height: int = 48) -> Spark | None:
+    """A finding's small chart: per day, devices held (solid) and queued (light) on one scale, and
+    the guarantee as a line. ``daily`` rows are (day, held, queued)."""
+    if not daily:
+        return None
+    rows = [(str(d[0]), float(str(d[1])), float(str(d[2]))) for d in daily]
+    top = max([guarantee or 0.0, *(held + queued for _, held, queued in rows), 1.0])
+    step, rects = 10, []
+
+    def y(value: float) -> float:
+        return height * (1 - value / top)
+
+    for i, (day, held, queued) in enumerate(rows):
+        title = f"{day}: held {held:.1f}, queued {queued:.1f}"
+        rects.append(Rect(i * step, y(held), step - 2, height - y(held), WITHIN, title))
+        rects.append(Rect(i * step, y(held + queued), step - 2, y(held) - y(held + queued), PENDING, title))
+    return Spark(rects, y(guarantee) if guarantee else None, len(rows) * step, height)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from accounting.policy.findings import FindingKind
 from accounting.policy.sacct import EndState
 from quotas.models import Cluster, OrgUnit, ResourceFlavor
 
@@ -201,3 +202,52 @@ class ActivityHour(models.Model):
             models.UniqueConstraint(fields=["cluster", "unit", "flavor", "hour"], name="activity_once_per_hour")
         ]
         indexes = [models.Index(fields=["hour"], name="activity_hour_idx")]
+
+
+class FindingState(models.TextChoices):
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    RESOLVED = "resolved"
+    DISMISSED = "dismissed"
+
+
+class Finding(models.Model):
+    """Something a detector found (idle guarantee, zombie allocation…): its evidence, the cost at stake
+    and a suggested action. One row while the condition lasts — each detection that still sees it
+    widens its window — and one open or acknowledged row per key at most."""
+
+    kind = models.CharField(max_length=32, choices=[(k.value, k.value.replace("_", " ")) for k in FindingKind])
+    key = models.CharField(max_length=200, help_text="Stays the same while the condition persists.")
+    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT, related_name="findings")
+    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    summary = models.CharField(max_length=500)
+    evidence = models.JSONField(default=dict)
+    cost = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, help_text="At stake; empty: the flavor has no price."
+    )
+    suggestion = models.TextField()
+    action = models.JSONField(null=True, blank=True, help_text="The quota change a lead can request in one click.")
+    partial = models.BooleanField(default=False, help_text="Telemetry gaps in the window: the evidence is partial.")
+    state = models.CharField(max_length=16, choices=FindingState.choices, default=FindingState.OPEN)
+    state_reason = models.TextField(blank=True)
+    change_request = models.ForeignKey(
+        "quotas.ChangeRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="findings"
+    )
+    detections = models.PositiveIntegerField(default=1)
+    opened_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"], condition=Q(state__in=["open", "acknowledged"]), name="finding_one_live_per_key"
+            )
+        ]
+        indexes = [models.Index(fields=["state", "kind"]), models.Index(fields=["key"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} {self.state}"

@@ -11,6 +11,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from accounting.services import usage_ingest_dcgm, usage_ingest_slurm, usage_resync_kueue, usage_rollup
+from accounting.services.findings import findings_detect
 from quotas.models import Cluster, ClusterKind
 
 
@@ -72,3 +73,9 @@ def rollup_recent(hours: int = 48) -> int:
     """From beat: rebuild the rollups of the last ``hours`` (late and corrected records land there)."""
     now = timezone.now()
     return usage_rollup(start=now - timedelta(hours=hours), end=now + timedelta(hours=1), now=now)
+
+
+@shared_task(name="accounting.tasks.detect_findings")
+def detect_findings() -> dict[str, object]:
+    """From beat: run the detectors over the windows ending now and reconcile the findings."""
+    return findings_detect().as_dict()

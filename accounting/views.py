@@ -1,16 +1,26 @@
-"""Portal pages of accounting: where usage comes from and how fresh and complete it is."""
+"""Portal pages of accounting: usage sources (how fresh and complete), showback, and the findings inbox."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max
+from django.db.models import Count, F, Max, Q
 from django.db.models.functions import TruncMonth
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
-from accounting.models import SourceRun, SourceStatus, UsageHour
+from accounting.charts import evidence_chart
+from accounting.models import Finding, FindingState, SourceRun, SourceStatus, UsageHour
 from accounting.selectors import showback_period, showback_report
-from quotas.access import may_read_costs
+from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
+from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
+from quotas.errors import InputError
+from quotas.policy.violations import PolicyViolationError
+from quotas.selectors import subtree
 
 
 @login_required
@@ -52,3 +62,74 @@ def showback_page(request: HttpRequest) -> HttpResponse:
         except ValueError as exc:
             context["error"] = f"{exc}: choose a month from the list."
     return render(request, "accounting/showback.html", context)
+
+
+def _visible_findings(request: HttpRequest) -> Any:
+    rows = Finding.objects.select_related("unit", "flavor__cluster", "change_request")
+    if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(request.user):
+        match = Q(pk__in=[])
+        for path in led_paths(request.user):
+            match |= subtree("unit__path", path)
+        rows = rows.filter(match)
+    return rows
+
+
+@login_required
+def findings_page(request: HttpRequest) -> HttpResponse:
+    """The findings inbox: the units a user leads first, then the rest; open and acknowledged by
+    default (``?state=all`` for every one). Each with its evidence, cost at stake and the actions."""
+    led = led_paths(request.user)
+    state = request.GET.get("state", "live")
+    rows = _visible_findings(request)
+    counts = dict(rows.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
+    if state == "live":
+        rows = rows.filter(state__in=[FindingState.OPEN, FindingState.ACKNOWLEDGED])
+    elif state in FindingState.values:
+        rows = rows.filter(state=state)
+    findings = list(rows.order_by(F("cost").desc(nulls_last=True), "-opened_at")[:500])
+    for f in findings:
+        guarantee = f.evidence.get("guarantee") or (
+            f.evidence.get("guarantee_h", 0) / max(f.evidence.get("hours_with_telemetry") or 1, 1)
+        )
+        f.chart = evidence_chart(f.evidence.get("daily") or [], guarantee)  # type: ignore[attr-defined]
+
+    def mine(f: Finding) -> bool:
+        path = f.unit.path if f.unit else ""
+        return bool(path) and any(path == p or path.startswith(f"{p}/") for p in led)
+
+    return render(
+        request,
+        "accounting/findings.html",
+        {
+            "yours": [f for f in findings if mine(f)],
+            "others": [f for f in findings if not mine(f)],
+            "state_counts": [(s, counts.get(s, 0)) for s in FindingState.values],
+            "state": state,
+            "led": led,
+        },
+    )
+
+
+@login_required
+@require_POST
+def finding_act(request: HttpRequest, finding_id: int) -> HttpResponse:
+    """The buttons of the inbox: acknowledge, dismiss (with a reason), request the suggested change."""
+    finding = get_object_or_404(_visible_findings(request), pk=finding_id)
+    what = request.POST.get("do", "")
+    reason = request.POST.get("reason", "")
+    try:
+        if what == "acknowledge":
+            finding_acknowledge(actor=request.user, finding=finding, reason=reason)
+            messages.success(request, f"Finding #{finding.pk} acknowledged.")
+        elif what == "dismiss":
+            finding_dismiss(actor=request.user, finding=finding, reason=reason)
+            messages.success(request, f"Finding #{finding.pk} dismissed: {reason.strip()}")
+        elif what == "request-change":
+            change = finding_request_change(actor=request.user, finding=finding, reason=reason)
+            messages.success(request, f"Change request #{change.pk} sent for approval, with the evidence.")
+            return redirect("quotas:request", request_id=change.pk)
+        else:
+            messages.error(request, f"unknown action {what!r}: acknowledge, dismiss or request-change")
+    except (InputError, NotAllowedError, PolicyViolationError) as exc:
+        messages.error(request, f"Finding #{finding.pk}: {exc}")
+    return redirect("quotas:findings")

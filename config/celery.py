@@ -36,6 +36,10 @@ app.conf.beat_schedule = {
         "schedule": float(env_int("ALLOT_USAGE_DCGM_SECONDS", 900)),
     },
     "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
+    "findings-detect": {  # the detectors over the rollups; a finding that persists widens, never repeats
+        "task": "accounting.tasks.detect_findings",
+        "schedule": float(env_int("ALLOT_FINDINGS_SECONDS", 86400)),
+    },
     "slurm-drift-check": {  # each check costs slurmdbd four reads
         "task": "quotas.tasks.drift_check",
         "schedule": float(env_int("ALLOT_SLURM_DRIFT_CHECK_SECONDS", 900)),

@@ -6,11 +6,14 @@ DATABASE_URL and REDIS_URL for PostgreSQL and a real Celery broker.
 
 from __future__ import annotations
 
+import os
+from dataclasses import asdict
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from accounting.policy.findings import Thresholds
 from admission.policy.model import DEFAULT_CONTROLLERS
 from config.env import env_bool, env_int, env_list, env_str
 from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS
@@ -212,6 +215,21 @@ for _org, _rule in ALLOT_SHOWBACK_SHARED_COST:
 ALLOT_SHOWBACK_VISIBILITY = env_str("ALLOT_SHOWBACK_VISIBILITY", "everyone")  # or "leads": a lead reads their subtree
 if ALLOT_SHOWBACK_VISIBILITY not in ("everyone", "leads"):
     raise ImproperlyConfigured("ALLOT_SHOWBACK_VISIBILITY: use everyone or leads")
+
+
+# Findings: each detector threshold as ALLOT_FINDINGS_<NAME> (accounting/policy/findings.py Thresholds; the
+# defaults come from real tools), and how long a dismissed finding stays quiet.
+def _finding_defaults() -> dict[str, object]:
+    return asdict(Thresholds())
+
+
+ALLOT_FINDINGS_THRESHOLDS = {
+    name: (float if isinstance(default, float) else int)(os.environ[f"ALLOT_FINDINGS_{name.upper()}"])
+    for name, default in _finding_defaults().items()
+    if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
+}
+ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
+# ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------

@@ -18,4 +18,6 @@ urlpatterns = [
     path("sync-runs/<int:run_id>/", clusters.sync_run, name="sync-run"),
     path("usage/sources/", accounting_views.sources, name="usage-sources"),
     path("showback/", accounting_views.showback_page, name="showback"),
+    path("findings/", accounting_views.findings_page, name="findings"),
+    path("findings/<int:finding_id>/act/", accounting_views.finding_act, name="finding-act"),
 ]

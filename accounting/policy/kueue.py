@@ -91,6 +91,9 @@ class WorkloadTrack:
     state: EndState = EndState.PENDING
     ended: datetime | None = None
     resource_version: str = ""
+    quota_reserved: bool = False
+    """QuotaReserved=True at the last observation (a Workload evicted with it still True holds quota
+    while nothing runs: Kueue's stuck-reservation failure mode)."""
     notes: tuple[str, ...] = ()
     """What could not be known for sure (e.g. a run rebuilt from accumulated time)."""
 
@@ -250,6 +253,9 @@ def observe(
         state=state,
         ended=ended,
         resource_version=str(meta.get("resourceVersion") or track.resource_version),
+        quota_reserved=bool(cond.get("QuotaReserved") and cond["QuotaReserved"].status)
+        and not is_finished
+        and not deleted,
         notes=tuple(dict.fromkeys(notes)),
     )
 
@@ -339,6 +345,7 @@ def track_to_json(track: WorkloadTrack) -> dict[str, Any]:
         "state": track.state.value,
         "ended": time(track.ended),
         "resource_version": track.resource_version,
+        "quota_reserved": track.quota_reserved,
         "notes": list(track.notes),
     }
 
@@ -383,5 +390,6 @@ def track_from_json(data: Mapping[str, Any]) -> WorkloadTrack:
         state=EndState(data.get("state") or EndState.PENDING.value),
         ended=parse_time(data.get("ended")),
         resource_version=str(data.get("resource_version") or ""),
+        quota_reserved=bool(data.get("quota_reserved")),
         notes=tuple(str(n) for n in data.get("notes") or []),
     )

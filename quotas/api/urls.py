@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from accounting.api import SourceRunViewSet, WorkloadRecordViewSet, showback, usage
+from accounting.api import FindingViewSet, SourceRunViewSet, WorkloadRecordViewSet, showback, usage
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -20,6 +20,7 @@ router.register("change-requests", views.ChangeRequestViewSet)
 router.register("admission-decisions", AdmissionDecisionViewSet)
 router.register("workload-records", WorkloadRecordViewSet)
 router.register("usage-sources", SourceRunViewSet)
+router.register("findings", FindingViewSet)
 
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),

@@ -60,8 +60,24 @@ def tree(request: HttpRequest) -> HttpResponse:
             "violations": validate_tree(snapshot),
             "revision": selectors.policy_revision(),
             "led": led_paths(request.user),
+            "findings": _findings_on(led_paths(request.user)),
         },
     )
+
+
+def _findings_on(led: list[str]) -> dict[str, int]:
+    """Live findings on the units a lead leads (and below), per state: the home page's inbox count."""
+    from django.db.models import Count, Q
+
+    from accounting.models import Finding
+
+    if not led:
+        return {}
+    match = Q(pk__in=[])
+    for path in led:
+        match |= selectors.subtree("unit__path", path)
+    rows = Finding.objects.filter(match, state__in=["open", "acknowledged"]).values("state").annotate(n=Count("id"))
+    return {r["state"]: r["n"] for r in rows}
 
 
 def _unit_or_404(unit_id: int) -> OrgUnit:

@@ -22,10 +22,17 @@ lab = test_slurm_sync.lab  # the same tree, on the local Slurm cluster "lab"
 
 
 def sbatch(user, account, gpus, command, *extra):
-    done = _sh(
-        "sbatch", "-A", account, f"--gres=gpu:a100:{gpus}", "-t", "5", "--chdir=/tmp", "-o", "/dev/null",
-        *extra, "--wrap", command, user=user,
-    )  # fmt: skip
+    """Submit as ``user``. Right after a sync, slurmctld may not have the new associations yet (slurmdbd
+    pushes them asynchronously; CI once saw "Invalid account"): that one refusal is retried briefly."""
+    deadline = time.monotonic() + 20
+    while True:
+        done = _sh(
+            "sbatch", "-A", account, f"--gres=gpu:a100:{gpus}", "-t", "5", "--chdir=/tmp", "-o", "/dev/null",
+            *extra, "--wrap", command, user=user,
+        )  # fmt: skip
+        if done.returncode == 0 or "Invalid account" not in done.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert done.returncode == 0, done.stderr
     return done.stdout.split()[-1]
 

@@ -86,6 +86,7 @@ def test_a_reservation_rejected_by_an_admission_check_held_quota_but_never_ran()
     ]
     assert track.state is EndState.EVICTED
     assert track.cluster_queue == "ml-infra"
+    assert track.quota_reserved  # evicted, yet QuotaReserved=True: quota held while nothing runs
 
 
 def test_kueue_015_finished_workload_that_lost_its_admission_is_rebuilt_from_accumulated_time() -> None:

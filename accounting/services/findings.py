@@ -1,0 +1,501 @@
+"""Findings: run the detectors over the rollups, keep one finding per condition while it lasts, and let
+leads act on them (acknowledge, dismiss with a reason, turn the suggestion into a change request).
+
+``findings_detect`` reads each detector's window ending at ``end`` in a few aggregate queries (per-hour
+detail only for the candidates the aggregates single out), runs the pure detectors
+(``accounting.policy.findings``) and reconciles: a finding whose key is already open widens its window
+and takes the new evidence; a new key opens a finding (and mails the unit's leads); an open finding
+its detector no longer sees is resolved. A key dismissed less than ``ALLOT_FINDINGS_SNOOZE_DAYS`` ago
+is not opened again. Every state change writes an audit row.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Count, F, Max, Q, Sum
+from django.db.models.functions import TruncDay
+from django.utils import timezone
+
+from accounting.models import Allocation, Finding, FindingState, UsageHour, WorkloadRecord
+from accounting.policy.findings import (
+    Found,
+    QuietSpan,
+    Reclaim,
+    ReservationWindow,
+    StuckWorkload,
+    Thresholds,
+    UnitWindow,
+    contracts_not_honoured,
+    demand_above_guarantee,
+    idle_guarantees,
+    idle_reservations,
+    percentile,
+    stuck_reservations,
+    zombie_allocations,
+)
+from quotas.access import Viewer, signed_in
+from quotas.errors import InputError
+from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
+from quotas.policy.quantity import Resource
+from quotas.selectors import org_snapshot
+from quotas.services.audit import audit_event, audit_write, require_reason
+from quotas.services.change_requests import change_request_submit
+from quotas.services.quota import QuotaChange
+
+GPU = "nvidia.com/gpu"
+
+
+def thresholds() -> Thresholds:
+    """The detectors' thresholds from the settings (ALLOT_FINDINGS_<NAME>); ValueError naming each
+    one out of range."""
+    found = replace(Thresholds(), **settings.ALLOT_FINDINGS_THRESHOLDS)  # type: ignore[arg-type]
+    problems = found.problems()
+    if problems:
+        raise ValueError("ALLOT_FINDINGS_*: " + "; ".join(problems))
+    return found
+
+
+@dataclass
+class DetectionRun:
+    end: datetime
+    found: dict[str, int] = field(default_factory=dict)
+    opened: int = 0
+    updated: int = 0
+    resolved: int = 0
+    snoozed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "end": self.end.isoformat()}
+
+
+def findings_detect(
+    *, end: datetime | None = None, now: datetime | None = None, th: Thresholds | None = None
+) -> DetectionRun:
+    """Run every detector over its window ending at ``end`` (default: now, to the hour) and reconcile
+    the findings (see the module docstring)."""
+    now = now or timezone.now()
+    end = (end or now).replace(minute=0, second=0, microsecond=0)
+    th = th or thresholds()
+    prices = {
+        f.pk: (f.price_per_device_hour or None) for f in ResourceFlavor.objects.only("id", "price_per_device_hour")
+    }
+    found: list[Found] = []
+    start = end - timedelta(days=th.idle_window_days)
+    windows = unit_windows(start, end, th, prices)
+    found += idle_guarantees(windows, th, start, end)
+    found += demand_above_guarantee(windows, th, start, end)
+    reservation_start = end - timedelta(days=th.reservation_window_days)
+    found += idle_reservations(reservation_windows(reservation_start, end, prices), th, reservation_start, end)
+    found += zombie_allocations(quiet_spans(start, end, th, prices), th)
+    found += stuck_reservations(stuck_workloads(prices), th, now)
+    found += contracts_not_honoured(reclaims(start, end, prices), start, end)
+    return _reconcile(found, end, now)
+
+
+def _hours(start: datetime, end: datetime) -> int:
+    return int((end - start).total_seconds() // 3600)
+
+
+def unit_windows(start: datetime, end: datetime, th: Thresholds, prices: dict[int, Decimal | None]) -> list[UnitWindow]:
+    """Every unit × flavor with usage in [start, end), totals in one aggregate query; percentiles,
+    other units' waiting hours and the daily chart only for the candidates of a detector."""
+    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    totals = {
+        (r["unit_id"], r["flavor_id"]): r
+        for r in rows.values("unit_id", "flavor_id").annotate(
+            g=Sum("guarantee"), w=Sum("within"), b=Sum("borrowed"), lent_h=Sum("lent"), p=Sum("pending"),
+            hours=Count("id", filter=Q(minutes__gt=0)),
+            above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
+        )
+    }  # fmt: skip
+    if not totals:
+        return []
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={u for u, _ in totals}).only("id", "path", "parent_id")}
+    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={f for _, f in totals})}
+    quotas: dict[tuple[int, int], dict[str, Any]] = {
+        (q["unit_id"], q["flavor_id"]): dict(q)
+        for q in Quota.objects.filter(resource=GPU, flavor__in=flavors).values(
+            "unit_id", "flavor_id", "guarantee", "lendable"
+        )
+    }
+    parent = {u.pk: u.parent_id for u in OrgUnit.objects.filter(pk__in={q[0] for q in quotas}).only("id", "parent_id")}
+    children: dict[tuple[int, int], int] = defaultdict(int)
+    children_h: dict[tuple[int, int], float] = defaultdict(float)
+    for (unit, flavor), q in quotas.items():
+        above = parent.get(unit)
+        if above is not None:
+            children[(above, flavor)] += q["guarantee"]
+    for (unit, flavor), r in totals.items():
+        above = units[unit].parent_id
+        if above is not None:
+            children_h[(above, flavor)] += r["g"] or 0
+    expected = _hours(start, end)
+    candidates = []
+    for (unit, flavor), r in totals.items():
+        own = max(0.0, (r["g"] or 0) - children_h[(unit, flavor)])
+        low = own > 0 and r["w"] < th.idle_used_below * own
+        busy = r["hours"] and r["above"] >= th.demand_share_above * r["hours"]
+        if low or busy:
+            candidates.append((unit, flavor, own))
+    windows = []
+    for unit, flavor, own in candidates:
+        r = totals[(unit, flavor)]
+        mine = rows.filter(unit_id=unit, flavor_id=flavor, minutes__gt=0)
+        hourly = list(mine.values_list("allocated", "pending", "minutes"))
+        held = [a * 60 / m for a, _, m in hourly]
+        demand = [(a + p) * 60 / m for a, p, m in hourly]
+        waiting = (
+            rows.filter(flavor_id=flavor).exclude(unit_id=unit).filter(Q(pending__gt=0) | Q(borrowed__gt=0))
+            .values("hour").distinct().count()
+        )  # fmt: skip
+        daily = [
+            (d["day"].date().isoformat(), round(d["a"] * 60 / d["m"], 2), round(d["p"] * 60 / d["m"], 2))
+            for d in mine.annotate(day=TruncDay("hour")).values("day").annotate(
+                a=Sum("allocated"), p=Sum("pending"), m=Sum("minutes")
+            ).order_by("day")
+        ]  # fmt: skip
+        q = quotas.get((unit, flavor), {"guarantee": 0, "lendable": 0})
+        f = flavors[flavor]
+        windows.append(
+            UnitWindow(
+                unit=unit, flavor=flavor, path=units[unit].path, flavor_key=f"{f.cluster.name}/{f.name}",
+                guarantee=q["guarantee"], lendable=q["lendable"], children_guarantee=children[(unit, flavor)],
+                guarantee_h=own, within_h=r["w"] or 0, borrowed_h=r["b"] or 0, lent_h=r["lent_h"] or 0,
+                pending_h=r["p"] or 0, hours=r["hours"], expected_hours=expected, hours_demand_above=r["above"],
+                p95_held=percentile(held, 0.95), p95_demand=percentile(demand, 0.95), others_waiting_hours=waiting,
+                price=prices.get(flavor), daily=daily,
+            )
+        )  # fmt: skip
+    return windows
+
+
+def reservation_windows(start: datetime, end: datetime, prices: dict[int, Decimal | None]) -> list[ReservationWindow]:
+    """Flavors with reservations: the busiest hour's devices held by all units (one aggregate query)."""
+    flavors = list(
+        ResourceFlavor.objects.select_related("cluster")
+        .annotate(reserved=Sum("reservations__devices"))
+        .filter(reserved__gt=0)
+    )
+    out = []
+    for f in flavors:
+        per_hour = (
+            UsageHour.objects.filter(flavor=f, hour__gte=start, hour__lt=end, minutes__gt=0)
+            .values("hour").annotate(a=Sum("allocated"), m=Max("minutes"))
+        )  # fmt: skip
+        held = [r["a"] * 60 / r["m"] for r in per_hour]
+        out.append(
+            ReservationWindow(
+                f.pk, f"{f.cluster.name}/{f.name}", f.reserved, f.physical_devices, f.headroom_devices,  # type: ignore[attr-defined]
+                max(held, default=0.0), len(held), _hours(start, end), prices.get(f.pk),
+            )
+        )  # fmt: skip
+    return out
+
+
+def quiet_spans(start: datetime, end: datetime, th: Thresholds, prices: dict[int, Decimal | None]) -> list[QuietSpan]:
+    """Runs of consecutive hours in which a unit held devices on a flavor with measured activity below
+    ``zombie_active_below`` of them (only such hours are read), with the workloads that held devices
+    through the whole run."""
+    quiet = (
+        UsageHour.objects.filter(hour__gte=start, hour__lt=end, allocated__gt=0, active__isnull=False)
+        .filter(active__lt=F("allocated") * th.zombie_active_below)
+        .order_by("unit_id", "flavor_id", "hour")
+        .values_list("unit_id", "flavor_id", "hour", "allocated", "active")
+    )
+    spans: list[list[Any]] = []
+    for unit, flavor, hour, held, active in quiet:
+        last = spans[-1] if spans else None
+        if last and last[0] == unit and last[1] == flavor and last[3] == hour:
+            last[3], last[4], last[5] = hour + timedelta(hours=1), last[4] + held, last[5] + active
+        else:
+            spans.append([unit, flavor, hour, hour + timedelta(hours=1), held, active])
+    if not spans:
+        return []
+    names = dict(OrgUnit.objects.filter(pk__in={s[0] for s in spans}).values_list("id", "path"))
+    flavors = {f.pk: f"{f.cluster.name}/{f.name}" for f in ResourceFlavor.objects.select_related("cluster")}
+    out = []
+    for unit, flavor, begins, ends, held, active in spans:
+        holders = (
+            Allocation.objects.filter(unit_id=unit, flavor_id=flavor, start__lte=begins)
+            .filter(Q(end__isnull=True) | Q(end__gte=ends))
+            .values_list("record__job_id", flat=True)[:20]
+        )
+        out.append(
+            QuietSpan(
+                unit,
+                flavor,
+                names[unit],
+                flavors[flavor],
+                begins,
+                ends,
+                held,
+                active,
+                list(holders),
+                prices.get(flavor),
+            )
+        )
+    return out
+
+
+def stuck_workloads(prices: dict[int, Decimal | None]) -> list[StuckWorkload]:
+    """Kueue Workloads last seen evicted with their quota still reserved (one query)."""
+    rows = WorkloadRecord.objects.filter(
+        track__quota_reserved=True, state__in=["evicted", "preempted", "requeued"]
+    ).select_related("unit")
+    out = []
+    for r in rows:
+        evictions = [e for e in r.evictions if e.get("at")]
+        if not evictions:
+            continue
+        last = evictions[-1]
+        out.append(
+            StuckWorkload(
+                r.pk, r.unit_id, r.flavor_id, r.job_id, r.unit.path if r.unit else "", r.devices,
+                datetime.fromisoformat(last["at"]), last.get("reason", ""), prices.get(r.flavor_id or 0),
+            )
+        )  # fmt: skip
+    return out
+
+
+def reclaims(start: datetime, end: datetime, prices: dict[int, Decimal | None]) -> list[Reclaim]:
+    """Runs inside their unit's guarantee that waited to start while a borrower on the same flavor was
+    preempted: from the preemptions of the window (one query) and the admissions after them (one)."""
+    preempted = list(
+        Allocation.objects.filter(end__gte=start, end__lt=end, borrowed__gt=0, flavor__isnull=False)
+        .filter(Q(raw_state__startswith="PREEMPTED") | Q(raw_state__startswith="evicted Preempted"))
+        .values_list("flavor_id", "end", "unit_id", "unit__path")
+    )
+    if not preempted:
+        return []
+    snapshot = org_snapshot()
+    admitted = (
+        Allocation.objects.filter(start__gte=start, start__lt=end, borrowed=0, unit__isnull=False)
+        .filter(submitted_at__isnull=False, flavor_id__in={p[0] for p in preempted})
+        .values_list(
+            "unit_id", "unit__path", "flavor_id", "flavor__cluster__name", "flavor__name", "submitted_at", "start",
+            "devices",
+        )
+    )  # fmt: skip
+    out = []
+    for unit, path, flavor, cluster, name, submitted, begins, devices in admitted:
+        if submitted is None:
+            continue
+        before = [p for p in preempted if p[0] == flavor and p[1] and submitted <= p[1] <= begins and p[2] != unit]
+        if not before:
+            continue
+        contract = snapshot.effective_contract(unit)
+        if contract is None:
+            continue
+        victim = before[-1]
+        assert victim[1] is not None
+        out.append(
+            Reclaim(
+                unit, path, victim[2], victim[3] or "", flavor, f"{cluster}/{name}", submitted, begins, victim[1],
+                int(contract.reclaim_within_s), devices, prices.get(flavor),
+            )
+        )  # fmt: skip
+    return out
+
+
+@transaction.atomic
+def _reconcile(found: list[Found], end: datetime, now: datetime) -> DetectionRun:
+    run = DetectionRun(end=end)
+    live = {
+        f.key: f
+        for f in Finding.objects.select_for_update().filter(state__in=[FindingState.OPEN, FindingState.ACKNOWLEDGED])
+    }
+    snooze = now - timedelta(days=settings.ALLOT_FINDINGS_SNOOZE_DAYS)
+    dismissed = set(
+        Finding.objects.filter(state=FindingState.DISMISSED, closed_at__gte=snooze).values_list("key", flat=True)
+    )
+    seen = set()
+    events = []
+    opened = []
+    for item in found:
+        run.found[item.kind.value] = run.found.get(item.kind.value, 0) + 1
+        seen.add(item.key)
+        fields = {
+            "summary": item.summary[:500], "evidence": dict(item.evidence), "cost": item.cost,
+            "suggestion": item.suggestion, "action": dict(item.action) if item.action else None,
+            "partial": item.partial, "updated_at": now,
+        }  # fmt: skip
+        existing = live.get(item.key)
+        if existing is not None:
+            for name, value in fields.items():
+                setattr(existing, name, value)
+            existing.window_start = min(existing.window_start, item.start)
+            existing.window_end = max(existing.window_end, item.end)
+            existing.detections += 1
+            existing.save()
+            run.updated += 1
+            continue
+        if item.key in dismissed:
+            run.snoozed += 1
+            continue
+        finding = Finding.objects.create(
+            kind=item.kind.value, key=item.key, unit_id=item.unit, flavor_id=item.flavor, window_start=item.start,
+            window_end=item.end, opened_at=now, **fields,
+        )  # fmt: skip
+        opened.append(finding)
+        events.append(_event(None, finding, "finding_open", None, {"summary": finding.summary}, "detected"))
+        run.opened += 1
+    for key, finding in live.items():
+        if key in seen or finding.window_end > end:
+            continue  # still there, or seen by a detection of a later window
+        finding.state, finding.closed_at, finding.updated_at = FindingState.RESOLVED, now, now
+        finding.state_reason = f"no longer detected in the window ending {end:%Y-%m-%d %H:00}"
+        finding.save()
+        events.append(
+            _event(None, finding, "finding_resolve", {"state": "open"}, {"state": "resolved"}, finding.state_reason)
+        )
+        run.resolved += 1
+    if events:
+        audit_write(events)
+    for finding in opened:
+        _mail_leads(finding)
+    return run
+
+
+def _event(actor: Viewer, finding: Finding, action: str, before: Any, after: Any, reason: str) -> Any:
+    return audit_event(
+        actor=actor, action=action, obj_type="finding", obj_id=finding.pk, obj_repr=f"#{finding.pk} {finding.summary}",
+        before=before, after=after, reason=reason, unit_path=finding.unit.path if finding.unit else "",
+    )  # fmt: skip
+
+
+def _leads(unit: OrgUnit | None) -> list[Any]:
+    """The leads of the unit, or of the nearest unit above it that has any."""
+    node = unit
+    while node is not None:
+        leads = list(node.leads.filter(is_active=True))
+        if leads:
+            return leads
+        node = node.parent
+    return []
+
+
+def _mail_leads(finding: Finding) -> None:
+    emails = sorted({u.email for u in _leads(finding.unit) if u.email})
+    if not emails:
+        return
+    subject = f"[Allot] {finding.get_kind_display()}: {finding.summary}"[:200]
+    cost = f"At stake: {finding.cost}\n" if finding.cost is not None else ""
+    text = f"{finding.summary}\n\n{cost}Suggested: {finding.suggestion}\n\nFinding #{finding.pk}: /findings/\n"
+    transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))
+
+
+def _live(finding: Finding) -> Finding:
+    finding = Finding.objects.select_for_update(of=("self",)).select_related("unit").get(pk=finding.pk)
+    if finding.state not in (FindingState.OPEN, FindingState.ACKNOWLEDGED):
+        raise InputError(
+            "state", f"finding #{finding.pk} is {finding.state}", "only open or acknowledged findings change"
+        )
+    return finding
+
+
+def _may_act(actor: Viewer, finding: Finding) -> None:
+    from quotas.access import is_platform_admin, led_paths
+
+    user = signed_in(actor)
+    if is_platform_admin(user):
+        return
+    path = finding.unit.path if finding.unit else ""
+    if not path or not any(path == p or path.startswith(f"{p}/") for p in led_paths(user)):
+        from quotas.access import NotAllowedError
+
+        raise NotAllowedError(f"you lead neither {path or 'this flavor'} nor a unit above it")
+
+
+@transaction.atomic
+def finding_acknowledge(*, actor: Viewer, finding: Finding, reason: str = "") -> Finding:
+    """Mark a finding as seen by a lead (it stays live and keeps being updated)."""
+    finding = _live(finding)
+    _may_act(actor, finding)
+    before = finding.state
+    finding.state, finding.updated_at = FindingState.ACKNOWLEDGED, timezone.now()
+    finding.state_reason = reason.strip()
+    finding.save()
+    audit_write(
+        [
+            _event(
+                actor,
+                finding,
+                "finding_acknowledge",
+                {"state": before},
+                {"state": finding.state},
+                reason.strip() or "acknowledged",
+            )
+        ]
+    )
+    return finding
+
+
+@transaction.atomic
+def finding_dismiss(*, actor: Viewer, finding: Finding, reason: str) -> Finding:
+    """Close a finding as not worth acting on; the reason is required and kept, and the same condition
+    is not opened again for ALLOT_FINDINGS_SNOOZE_DAYS."""
+    reason = require_reason(reason)
+    finding = _live(finding)
+    _may_act(actor, finding)
+    before = finding.state
+    now = timezone.now()
+    finding.state, finding.state_reason, finding.closed_at, finding.updated_at = (
+        FindingState.DISMISSED,
+        reason,
+        now,
+        now,
+    )
+    finding.save()
+    audit_write([_event(actor, finding, "finding_dismiss", {"state": before}, {"state": finding.state}, reason)])
+    return finding
+
+
+@transaction.atomic
+def finding_request_change(*, actor: Viewer, finding: Finding, reason: str = "") -> ChangeRequest:
+    """Turn the finding's suggested action into a change request, with the evidence as its reason;
+    approved through the usual flow. The finding is acknowledged and linked to the request."""
+    finding = _live(finding)
+    if not finding.action:
+        raise InputError(
+            "action",
+            f"finding #{finding.pk} suggests no quota change",
+            "act on it outside Allot, then dismiss it with a reason",
+        )
+    action = finding.action
+    change = QuotaChange(
+        int(action["unit"]), int(action["flavor"]), Resource.GPU, action.get("guarantee"), None, action.get("lendable")
+    )
+    lendable_cap = action.get("guarantee")
+    if lendable_cap is not None and action.get("lendable") is None:
+        current = Quota.objects.filter(unit_id=change.unit_id, flavor_id=change.flavor_id, resource=GPU).first()
+        if current and current.lendable > lendable_cap:
+            change = QuotaChange(change.unit_id, change.flavor_id, Resource.GPU, lendable_cap, None, lendable_cap)
+    why = (
+        reason.strip() + " — " if reason.strip() else ""
+    ) + f"finding #{finding.pk}: {finding.summary}. {finding.suggestion}"
+    request = change_request_submit(actor=actor, reason=why[:2000], changes=[change])
+    before = finding.state
+    finding.change_request, finding.state, finding.updated_at = request, FindingState.ACKNOWLEDGED, timezone.now()
+    finding.state_reason = f"change request #{request.pk}"
+    finding.save()
+    audit_write(
+        [
+            _event(
+                actor,
+                finding,
+                "finding_request_change",
+                {"state": before},
+                {"state": finding.state, "change_request": request.pk},
+                why[:500],
+            )
+        ]
+    )
+    return request
