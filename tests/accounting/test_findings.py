@@ -55,7 +55,7 @@ def test_detectors_find_the_idle_guarantee_and_the_unmet_demand_once(org, lead, 
     )
     assert not idle.partial and len(idle.evidence["daily"]) == 1
     demand = Finding.objects.get(kind="demand_above_guarantee")
-    assert demand.unit == org.ops and demand.action["guarantee"] == 40
+    assert demand.unit == org.ops and demand.action == {"unit": org.ops.pk, "flavor": org.flavor.pk, "guarantee": 40}
     reservation = Finding.objects.get(kind="idle_reservation")  # the fixture's 10 "serving" devices
     assert reservation.evidence["peak_held"] == 72 and reservation.evidence["capacity_outside"] == 100
     assert [m.to for m in mail.outbox] == [["nlp-lead@example.org"]]  # the lead of the idle unit hears of it
