@@ -331,3 +331,50 @@ def showback_report(period: ShowbackPeriod, *, within: str = "", rollup: bool = 
         "flavors": flavors,
         "problems": result.problems,
     }
+
+
+STRANDED = """
+SELECT COUNT(*), SUM(CASE WHEN need IS NOT NULL AND spare >= need THEN 1 ELSE 0 END),
+       SUM(CASE WHEN need IS NOT NULL THEN 1 ELSE 0 END), SUM(CASE WHEN need IS NOT NULL THEN stranded ELSE 0 END)
+FROM (
+  SELECT at,
+         MIN(CASE WHEN queued > 0 THEN queued END) AS need,
+         MAX(CASE WHEN queued = 0 AND guarantee > held THEN guarantee - held END) AS spare,
+         SUM(CASE WHEN queued = 0 AND guarantee > held THEN guarantee - held ELSE 0 END) AS stranded
+  FROM accounting_usagesample
+  WHERE flavor_id = %s AND at >= %s AND at < %s
+  GROUP BY at
+) per_minute
+"""
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """Queuing beside idle guarantees on one flavor, minute by minute (the minute samples)."""
+
+    minutes: int
+    """Minutes with telemetry."""
+    coexist: int
+    """Minutes in which some unit queued while another, not queuing, had at least that many idle
+    guaranteed devices."""
+    queuing: int
+    """Minutes in which some unit queued."""
+    mean_stranded: float
+    """Idle guaranteed devices of the units not queuing, on average over the minutes with queuing."""
+
+    @property
+    def share(self) -> float:
+        return self.coexist / self.minutes if self.minutes else 0.0
+
+
+def stranded(flavor_id: int, start: datetime, end: datetime) -> Stranded | None:
+    """One aggregate query over the flavor's minute samples; None where there are none."""
+    from django.db import connection
+
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(STRANDED, [flavor_id, adapt(start), adapt(end)])
+        minutes, coexist, queuing, total = cursor.fetchone()
+    if not minutes:
+        return None
+    return Stranded(int(minutes), int(coexist or 0), int(queuing or 0), float(total or 0) / queuing if queuing else 0.0)

@@ -90,7 +90,7 @@ def findings_detect(
     found: list[Found] = []
     start = end - timedelta(days=th.idle_window_days)
     windows = unit_windows(start, end, th, prices)
-    found += idle_guarantees(windows, th, start, end)
+    found += _with_stranded(idle_guarantees(windows, th, start, end), start, end)
     found += demand_above_guarantee(windows, th, start, end)
     reservation_start = end - timedelta(days=th.reservation_window_days)
     found += idle_reservations(reservation_windows(reservation_start, end, prices), th, reservation_start, end)
@@ -98,6 +98,30 @@ def findings_detect(
     found += stuck_reservations(stuck_workloads(prices), th, now)
     found += contracts_not_honoured(reclaims(start, end, prices), start, end)
     return _reconcile(found, end, now)
+
+
+def _with_stranded(found: list[Found], start: datetime, end: datetime) -> list[Found]:
+    """Idle-guarantee evidence, where minute samples exist: how often, on that flavor, someone queued
+    while another unit had at least that many idle guaranteed devices."""
+    from accounting.selectors import stranded
+
+    seen: dict[int, Any] = {}
+    out = []
+    for item in found:
+        flavor = item.flavor or 0
+        if flavor not in seen:
+            seen[flavor] = stranded(flavor, start, end)
+        figure = seen[flavor]
+        if figure is not None:
+            evidence = {
+                **item.evidence,
+                "minutes_queuing_beside_idle_guarantees": figure.coexist,
+                "share_of_minutes": round(figure.share, 4),
+                "mean_idle_guaranteed_devices_while_queuing": round(figure.mean_stranded, 1),
+            }
+            item = replace(item, evidence=evidence)
+        out.append(item)
+    return out
 
 
 def _hours(start: datetime, end: datetime) -> int:
