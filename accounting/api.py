@@ -22,6 +22,7 @@ from accounting.selectors import (
     FLAVOR_PARTS,
     GROUPS,
     MEASURES,
+    fairness_report,
     showback_period,
     showback_report,
     usage_hours,
@@ -315,3 +316,59 @@ class FindingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def request_change(self, request: Request, pk: str | None = None) -> Response:
         """Turn the suggested action into a change request (approved through the usual flow)."""
         return self._act(request, finding_request_change)
+
+
+FAIRNESS = inline_serializer(
+    "Fairness",
+    fields={
+        "period": inline_serializer(
+            "FairnessPeriod",
+            fields={
+                "label": serializers.CharField(),
+                "start": serializers.DateTimeField(),
+                "end": serializers.DateTimeField(),
+            },
+        ),
+        "within": serializers.CharField(),
+        "units": inline_serializer(
+            "FairnessUnit",
+            many=True,
+            fields={
+                "unit_path": serializers.CharField(),
+                "parent_path": serializers.CharField(allow_null=True),
+                "depth": serializers.IntegerField(),
+                "workloads": serializers.IntegerField(help_text="Admitted in the period."),
+                "wait_p50_s": serializers.FloatField(allow_null=True),
+                "wait_p95_s": serializers.FloatField(allow_null=True),
+                "slowdown_p50": serializers.FloatField(allow_null=True, help_text="(wait + run) / run; 1 = no wait."),
+                "slowdown_p95": serializers.FloatField(allow_null=True),
+                "tiers": serializers.DictField(help_text="Per tier: workloads, wait_p95_s, slowdown_p95."),
+                "oldest_pending": serializers.DictField(allow_null=True, help_text="record, job, waiting_s"),
+                "preemptions_suffered": serializers.IntegerField(),
+                "preemptions_caused": serializers.IntegerField(
+                    help_text="Borrowers reclaimed to give it its guarantee."
+                ),
+                "guarantee_delivered": serializers.FloatField(
+                    allow_null=True, help_text="Share of the time its demand reached its guarantee that it held it."
+                ),
+                "demand_at_guarantee": serializers.DictField(
+                    allow_null=True, help_text="count and unit (minutes|hours)"
+                ),
+            },
+        ),
+    },
+)
+
+
+@extend_schema(
+    parameters=[OpenApiParameter(name, OpenApiTypes.STR) for name in ("month", "day", "within")],
+    responses={200: FAIRNESS},
+)
+@api_view(["GET"])
+def fairness(request: Request) -> Response:
+    """Outcome fairness per unit and tier for a month or a day: wait p50/p95, slowdown, the oldest
+    feasible pending workload, preemptions suffered and caused, guarantee delivered."""
+    query = ShowbackQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    params = query.validated_data
+    return Response(fairness_report(params["period"], within=params["within"]))

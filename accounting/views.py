@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
 from accounting.models import Finding, FindingState, SourceRun, SourceStatus, UsageHour
-from accounting.selectors import showback_period, showback_report
+from accounting.selectors import fairness_report, showback_period, showback_report
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError
@@ -133,3 +133,26 @@ def finding_act(request: HttpRequest, finding_id: int) -> HttpResponse:
     except (InputError, NotAllowedError, PolicyViolationError) as exc:
         messages.error(request, f"Finding #{finding.pk}: {exc}")
     return redirect("quotas:findings")
+
+
+@login_required
+def fairness_page(request: HttpRequest) -> HttpResponse:
+    """Outcome fairness for a month, the units under ``within`` side by side with their siblings."""
+    months = [
+        m.strftime("%Y-%m")
+        for m in UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
+    ]
+    month = request.GET.get("month") or (months[0] if months else "")
+    within = request.GET.get("within", "")
+    context: dict[str, object] = {"months": months, "month": month, "within": within, "groups": [], "error": ""}
+    if month:
+        try:
+            report = fairness_report(showback_period(month), within=within)
+        except ValueError as exc:
+            context["error"] = f"{exc}: choose a month from the list."
+        else:
+            groups: dict[str, list[dict[str, Any]]] = {}
+            for row in report["units"]:
+                groups.setdefault(row["parent_path"] or "", []).append(row)
+            context["groups"] = sorted(groups.items())
+    return render(request, "accounting/fairness.html", context)

@@ -19,5 +19,6 @@ urlpatterns = [
     path("usage/sources/", accounting_views.sources, name="usage-sources"),
     path("showback/", accounting_views.showback_page, name="showback"),
     path("findings/", accounting_views.findings_page, name="findings"),
+    path("fairness/", accounting_views.fairness_page, name="fairness"),
     path("findings/<int:finding_id>/act/", accounting_views.finding_act, name="finding-act"),
 ]

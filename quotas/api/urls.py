@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from accounting.api import FindingViewSet, SourceRunViewSet, WorkloadRecordViewSet, showback, usage
+from accounting.api import FindingViewSet, SourceRunViewSet, WorkloadRecordViewSet, fairness, showback, usage
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -27,5 +27,6 @@ urlpatterns = [
     path("preview/", views.preview_view, name="preview"),
     path("usage/", usage, name="usage"),
     path("showback/", showback, name="showback"),
+    path("fairness/", fairness, name="fairness"),
     path("", include(router.urls)),
 ]
