@@ -169,23 +169,11 @@ def unit_windows(start: datetime, end: datetime, th: Thresholds, prices: dict[in
         busy = r["hours"] and r["above"] >= th.demand_share_above * r["hours"]
         if low or busy:
             candidates.append((unit, flavor, own))
+    detail = _candidate_detail(start, end, candidates)
     windows = []
     for unit, flavor, own in candidates:
         r = totals[(unit, flavor)]
-        mine = rows.filter(unit_id=unit, flavor_id=flavor, minutes__gt=0)
-        hourly = list(mine.values_list("allocated", "pending", "minutes"))
-        held = [a * 60 / m for a, _, m in hourly]
-        demand = [(a + p) * 60 / m for a, p, m in hourly]
-        waiting = (
-            rows.filter(flavor_id=flavor).exclude(unit_id=unit).filter(Q(pending__gt=0) | Q(borrowed__gt=0))
-            .values("hour").distinct().count()
-        )  # fmt: skip
-        daily = [
-            (d["day"].date().isoformat(), round(d["a"] * 60 / d["m"], 2), round(d["p"] * 60 / d["m"], 2))
-            for d in mine.annotate(day=TruncDay("hour")).values("day").annotate(
-                a=Sum("allocated"), p=Sum("pending"), m=Sum("minutes")
-            ).order_by("day")
-        ]  # fmt: skip
+        p95_held, p95_demand, waiting = detail["stats"].get((unit, flavor), (0.0, 0.0, 0))
         q = quotas.get((unit, flavor), {"guarantee": 0, "lendable": 0})
         f = flavors[flavor]
         windows.append(
@@ -194,11 +182,92 @@ def unit_windows(start: datetime, end: datetime, th: Thresholds, prices: dict[in
                 guarantee=q["guarantee"], lendable=q["lendable"], children_guarantee=children[(unit, flavor)],
                 guarantee_h=own, within_h=r["w"] or 0, borrowed_h=r["b"] or 0, lent_h=r["lent_h"] or 0,
                 pending_h=r["p"] or 0, hours=r["hours"], expected_hours=expected, hours_demand_above=r["above"],
-                p95_held=percentile(held, 0.95), p95_demand=percentile(demand, 0.95), others_waiting_hours=waiting,
-                price=prices.get(flavor), daily=daily,
+                p95_held=p95_held, p95_demand=p95_demand, others_waiting_hours=waiting,
+                price=prices.get(flavor), daily=detail["daily"].get((unit, flavor), []),
             )
         )  # fmt: skip
     return windows
+
+
+# Per candidate: the 95th percentiles of devices held and held + queued per hour, and the hours in
+# which another unit on the flavor queued or borrowed while the candidate had telemetry. One query
+# for every candidate (PostgreSQL's percentile_disc; elsewhere the hourly values are read instead).
+CANDIDATES = """
+WITH waiting AS (
+  SELECT flavor_id, hour, SUM(CASE WHEN pending > 0 OR borrowed > 0 THEN 1 ELSE 0 END) AS n
+  FROM accounting_usagehour WHERE hour >= %(start)s AND hour < %(end)s AND flavor_id = ANY(%(flavors)s)
+  GROUP BY flavor_id, hour
+)
+SELECT u.unit_id, u.flavor_id,
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY u.allocated * 60.0 / u.minutes),
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY (u.allocated + u.pending) * 60.0 / u.minutes),
+       SUM(CASE WHEN w.n - CASE WHEN u.pending > 0 OR u.borrowed > 0 THEN 1 ELSE 0 END > 0 THEN 1 ELSE 0 END)
+FROM accounting_usagehour u JOIN waiting w ON w.flavor_id = u.flavor_id AND w.hour = u.hour
+WHERE u.hour >= %(start)s AND u.hour < %(end)s AND u.minutes > 0
+  AND u.unit_id = ANY(%(units)s) AND u.flavor_id = ANY(%(flavors)s)
+GROUP BY u.unit_id, u.flavor_id
+"""
+
+
+def _candidate_detail(start: datetime, end: datetime, candidates: list[tuple[int, int, float]]) -> dict[str, Any]:
+    """Percentiles and others' waiting hours (``CANDIDATES``) and the daily chart of each candidate:
+    two queries whatever their number."""
+    from django.db import connection
+
+    pairs = {(u, f) for u, f, _ in candidates}
+    stats: dict[tuple[int, int], tuple[float, float, int]] = {}
+    daily: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
+    if not pairs:
+        return {"stats": stats, "daily": daily}
+    units, flavors = sorted({u for u, _ in pairs}), sorted({f for _, f in pairs})
+    rows = UsageHour.objects.filter(
+        hour__gte=start, hour__lt=end, minutes__gt=0, unit_id__in=units, flavor_id__in=flavors
+    )
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(CANDIDATES, {"start": start, "end": end, "units": units, "flavors": flavors})
+            for unit, flavor, held, demand, waiting in cursor.fetchall():
+                if (unit, flavor) in pairs:
+                    stats[(unit, flavor)] = (float(held or 0), float(demand or 0), int(waiting or 0))
+    else:
+        stats = _candidate_stats_portable(start, end, pairs, rows)
+    for d in (
+        rows.annotate(day=TruncDay("hour")).values("unit_id", "flavor_id", "day")
+        .annotate(a=Sum("allocated"), p=Sum("pending"), m=Sum("minutes")).order_by("unit_id", "flavor_id", "day")
+    ):  # fmt: skip
+        key = (d["unit_id"], d["flavor_id"])
+        if key in pairs:
+            daily[key].append(
+                (d["day"].date().isoformat(), round(d["a"] * 60 / d["m"], 2), round(d["p"] * 60 / d["m"], 2))
+            )
+    return {"stats": stats, "daily": daily}
+
+
+def _candidate_stats_portable(
+    start: datetime, end: datetime, pairs: set[tuple[int, int]], rows: Any
+) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """The same as ``CANDIDATES`` on a database without percentile_disc (the embedded SQLite)."""
+    flavors = {f for _, f in pairs}
+    waiting: dict[tuple[int, datetime], int] = defaultdict(int)
+    for flavor, hour in (
+        UsageHour.objects.filter(hour__gte=start, hour__lt=end, flavor_id__in=flavors)
+        .filter(Q(pending__gt=0) | Q(borrowed__gt=0)).values_list("flavor_id", "hour")
+    ):  # fmt: skip
+        waiting[(flavor, hour)] += 1
+    held: dict[tuple[int, int], list[float]] = defaultdict(list)
+    demand: dict[tuple[int, int], list[float]] = defaultdict(list)
+    others: dict[tuple[int, int], int] = defaultdict(int)
+    for unit, flavor, hour, a, p, b, m in rows.values_list(
+        "unit_id", "flavor_id", "hour", "allocated", "pending", "borrowed", "minutes"
+    ):
+        key = (unit, flavor)
+        if key not in pairs:
+            continue
+        held[key].append(a * 60 / m)
+        demand[key].append((a + p) * 60 / m)
+        if waiting[(flavor, hour)] - (1 if p > 0 or b > 0 else 0) > 0:
+            others[key] += 1
+    return {key: (percentile(held[key], 0.95), percentile(demand[key], 0.95), others[key]) for key in held}
 
 
 def reservation_windows(start: datetime, end: datetime, prices: dict[int, Decimal | None]) -> list[ReservationWindow]:
