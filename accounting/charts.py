@@ -128,7 +128,7 @@ def evidence_chart(daily: Sequence[Sequence[object]], guarantee: float | None, *
         return None
     rows = [(str(d[0]), float(str(d[1])), float(str(d[2]))) for d in daily]
     top = max([guarantee or 0.0, *(held + queued for _, held, queued in rows), 1.0])
-    step, rects = 10, []
+    step, rects = 18, []
 
     def y(value: float) -> float:
         return height * (1 - value / top)

@@ -147,6 +147,7 @@ def idle_guarantees(windows: Iterable[UnitWindow], th: Thresholds, start: dateti
         used = w.within_h / w.guarantee_h
         evidence = {
             "used_share": round(used, 4),
+            "guarantee": w.guarantee,
             "guarantee_h": round(w.guarantee_h, 1),
             "used_h": round(w.within_h, 1),
             "lent_h": round(w.lent_h, 1),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,43 @@ def test_a_lead_asks_the_head_approves_and_both_get_mail(browser, site):
     head.close()
 
 
+def test_a_lead_turns_a_finding_into_a_change_request_the_head_approves(browser, site):
+    from django.utils import timezone
+
+    from accounting.models import Finding
+
+    team = gpu("acme/research/nlp")
+    now = timezone.now()
+    finding = Finding.objects.create(
+        kind="idle_guarantee", key=f"idle_guarantee:{team.unit_id}:{team.flavor_id}", unit=team.unit,
+        flavor=team.flavor, window_start=now - timedelta(days=5), window_end=now,
+        summary="acme/research/nlp used 4% of its guarantee on k8s-west/a100-80gb while others queued in 96 h",
+        evidence={"used_share": 0.04, "guarantee": 81, "daily": [[f"2026-11-{d:02d}", 3.1, 0.0] for d in range(1, 6)]},
+        cost=Decimal("9876.00"), suggestion="Lend the idle part: raise lendable to 81.",
+        action={"unit": team.unit_id, "flavor": team.flavor_id, "lendable": team.guarantee},
+        opened_at=now, updated_at=now,
+    )  # fmt: skip
+    lead = Session(browser, site, "lead-nlp")
+    page = lead.open("/")
+    page.get_by_role("link", name="1 open finding on your units").click()
+    page.get_by_text("Your units").wait_for()
+    lead.shot("findings")
+    card = page.locator(f"#finding-{finding.pk}")
+    assert "9876.00" in card.inner_text()
+    card.get_by_role("button", name="Request this change").click()
+    page.get_by_text("Waiting for approval").wait_for()
+    request = ChangeRequest.objects.get()
+    assert f"finding #{finding.pk}" in request.reason and request.changes[0]["lendable"] == team.guarantee
+    head = Session(browser, site, "head-research")
+    page = head.open(f"/requests/{request.pk}/")
+    page.get_by_label("Comment").fill("lend it")
+    page.get_by_role("button", name="Approve and apply").click()
+    page.get_by_text("Approved and applied").first.wait_for()
+    assert gpu(team.unit.path).lendable == team.guarantee
+    lead.close()
+    head.close()
+
+
 def test_a_viewer_cannot_edit(browser, site):
     viewer = Session(browser, site, "viewer")
     project = gpu("acme/research/nlp/llm-pretrain")
@@ -160,6 +199,10 @@ def test_main_pages_have_no_javascript_errors_at_desktop_and_phone_width(browser
             ("requests", "/requests/"),
             ("clusters", "/clusters/"),
             ("history", f"/units/{unit}/history/"),
+            ("showback", "/showback/"),
+            ("findings-inbox", "/findings/"),
+            ("fairness", "/fairness/"),
+            ("usage-sources", "/usage/sources/"),
             ("api-docs", "/api/docs/"),
         ):
             admin.open(path)
