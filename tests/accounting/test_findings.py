@@ -151,3 +151,13 @@ def test_the_api_and_the_inbox(org, lead, client, admin_client):
     assert done.status_code == 302 and done["Location"].endswith(f"/requests/{change.pk}/")
     made = client.post(f"/api/v1/findings/{ops.pk}/request-change/", {}, content_type="application/json")
     assert made.status_code == 403
+
+
+def test_thresholds_out_of_range_stop_the_detectors_with_their_names(org, settings):
+    from accounting.services.findings import thresholds
+
+    settings.ALLOT_FINDINGS_THRESHOLDS = {"idle_used_below": 20.0, "stuck_minutes": 0}
+    with pytest.raises(ValueError, match=r"ALLOT_FINDINGS_\*: idle_used_below = 20.0: give a share between 0 and 1"):
+        thresholds()
+    settings.ALLOT_FINDINGS_THRESHOLDS = {"idle_used_below": 0.3}
+    assert thresholds().idle_used_below == 0.3 and thresholds().idle_window_days == 5

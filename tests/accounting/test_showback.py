@@ -115,3 +115,10 @@ def test_one_page_costs_the_same_queries_for_more_units(org, admin_client):
                       units={"nlp": org.nlp, "vision": org.vision, "ops": org.ops}, name="three")  # fmt: skip
     usage_rollup(start=T0, end=T0 + timedelta(hours=1))
     assert queries() == one
+
+
+def test_a_unit_archived_mid_month_keeps_its_history(month, admin_client):
+    services.org_unit_archive(actor=month.admin, reason="team disbanded", unit=month.vision)
+    report = admin_client.get("/api/v1/showback/", {"month": "2026-11", "rollup": "false"}).json()
+    vision = next(line for line in report["lines"] if line["unit_path"] == "acme/research/vision")
+    assert vision["archived"] and vision["used_h"] > 0 and vision["cost"] is not None
