@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from enum import StrEnum
+from functools import cached_property
 
 FIELDS = (
     "JobIDRaw",
@@ -126,7 +127,7 @@ class SlurmJob:
     runs: tuple[SacctRun, ...] = ()
     """Every run, in the order they ran."""
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The job's identity: its id and when it was first submitted (ids repeat after a reset)."""
         first = self.runs[0].submit if self.runs else self.submitted
