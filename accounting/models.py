@@ -4,8 +4,9 @@ Sizing (a 10,000-GPU fleet): about 1,000 units × 4 flavors × 744 hours ≈ 3 m
 month, and ``Allocation`` rows in the tens of millions a year. Chosen: plain tables with a unique
 (unit, flavor, hour) index — every rollup is an upsert on it — and an index on each time column for
 the window scans; ``UsageHour`` has no database foreign keys and no per-column unit or flavor index
-(each costs a write per row; measured on a month's rollup: 50 s → 29 s without them) (the same schema runs on the embedded SQLite demo; on PostgreSQL a BRIN index would
-be smaller, rows arriving in time order). Not chosen yet: declarative partitioning by month. It
+(each costs a write per row; measured on a month's rollup: 50 s → 29 s without them). The same
+schema runs on the embedded SQLite demo; a BRIN index on the hour was tried on PostgreSQL and made
+the window's DELETE slower for no gain on the insert. Not chosen yet: declarative partitioning by month. It
 pays off when old months are dropped or archived as a whole (detach a partition instead of a
 DELETE); Django cannot declare partitioned tables, so it will come as its own migration together
 with a retention setting.
@@ -259,3 +260,23 @@ class Finding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key} {self.state}"
+
+
+class Review(models.Model):
+    """A monthly governance review of an organisation or department: its files (path under
+    ALLOT_REVIEWS_DIR → SHA-256), the summary and the recommendations (each with the change request
+    it became, once accepted). One per unit and month: a rebuild replaces it."""
+
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="reviews")
+    month = models.CharField(max_length=7, help_text="YYYY-MM (UTC)")
+    generated_at = models.DateTimeField()
+    files = models.JSONField(default=dict)
+    summary = models.JSONField(default=dict)
+    recommendations = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-month", "unit__path"]
+        constraints = [models.UniqueConstraint(fields=["unit", "month"], name="review_once_per_month")]
+
+    def __str__(self) -> str:
+        return f"{self.unit_id} {self.month}"

@@ -4,6 +4,7 @@ rollup rebuilt twice, writes the same rows)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -79,3 +80,27 @@ def rollup_recent(hours: int = 48) -> int:
 def detect_findings() -> dict[str, object]:
     """From beat: run the detectors over the windows ending now and reconcile the findings."""
     return findings_detect().as_dict()
+
+
+@shared_task(name="accounting.tasks.build_reviews")
+def build_reviews(month: str = "") -> list[int]:
+    """From beat, on the 1st: last month's review of every organisation and department (a rerun
+    replaces each one; never a duplicate)."""
+    from accounting.services.review import last_month, review_generate
+    from quotas.models import OrgUnit
+
+    month = month or last_month()
+    built = []
+    for unit in OrgUnit.objects.filter(depth__lte=1, archived_at__isnull=True).order_by("path"):
+        built.append(review_generate(unit=unit, month=month).pk)
+    return built
+
+
+@shared_task(name="accounting.tasks.build_review", bind=True)
+def build_review(self: Any, unit_id: int, month: str) -> int:
+    """One review, on request from the portal or the API; its progress is the task's state."""
+    from accounting.services.review import review_generate
+    from quotas.models import OrgUnit
+
+    self.update_state(state="PROGRESS", meta={"step": "reading the month"})
+    return int(review_generate(unit=OrgUnit.objects.get(pk=unit_id), month=month).pk)

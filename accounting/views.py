@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -9,14 +10,15 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, F, Max, Q
 from django.db.models.functions import TruncMonth
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
-from accounting.models import Finding, FindingState, SourceRun, SourceStatus, UsageHour
+from accounting.models import Finding, FindingState, Review, SourceRun, SourceStatus, UsageHour
 from accounting.selectors import fairness_report, showback_period, showback_report
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
+from accounting.services.review import last_month, review_accept
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError
 from quotas.policy.violations import PolicyViolationError
@@ -156,3 +158,82 @@ def fairness_page(request: HttpRequest) -> HttpResponse:
                 groups.setdefault(row["parent_path"] or "", []).append(row)
             context["groups"] = sorted(groups.items())
     return render(request, "accounting/fairness.html", context)
+
+
+@login_required
+def reviews_page(request: HttpRequest) -> HttpResponse:
+    """Every stored review, newest month first, grouped by organisation or department, with its
+    downloads; admins and leads build one for any month (the page follows the build's progress)."""
+    from quotas.models import OrgUnit
+
+    reviews = list(Review.objects.select_related("unit").order_by("-month", "unit__path"))
+    led = led_paths(request.user)
+    buildable = [
+        u for u in OrgUnit.objects.filter(depth__lte=1, archived_at__isnull=True).order_by("path")
+        if is_platform_admin(request.user) or u.path in led
+    ]  # fmt: skip
+    task = request.GET.get("task", "")
+    state: dict[str, Any] = {}
+    if task:
+        from celery.result import AsyncResult
+
+        result = AsyncResult(task)
+        if result.successful():
+            return redirect("quotas:review", review_id=result.result)
+        state = {
+            "status": result.status,
+            "detail": str(result.result) if result.failed() else (result.info or {}).get("step", ""),
+        }
+    if request.method == "POST":
+        from accounting.tasks import build_review
+
+        unit = get_object_or_404(OrgUnit, pk=request.POST.get("unit"), archived_at__isnull=True)
+        month = request.POST.get("month", "")
+        if unit not in buildable:
+            messages.error(request, "Platform admins and the unit's leads build its reviews.")
+        else:
+            try:
+                showback_period(month)
+            except ValueError as exc:
+                messages.error(request, f"{exc}: give the month as YYYY-MM.")
+            else:
+                result = build_review.delay(unit.pk, month)
+                if result.successful():  # tasks run in-process (the embedded defaults)
+                    return redirect("quotas:review", review_id=result.result)
+                return redirect(f"{request.path}?task={result.id}")
+    return render(
+        request,
+        "accounting/reviews.html",
+        {"reviews": reviews, "buildable": buildable, "task": task, "state": state, "last_month": last_month()},
+    )
+
+
+@login_required
+def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
+    """One review: summary, downloads with checksums, and its recommendations, each a change request in
+    one click (the head approves it through the usual flow)."""
+    review = get_object_or_404(Review.objects.select_related("unit"), pk=review_id)
+    if request.method == "POST":
+        try:
+            change = review_accept(actor=request.user, review=review, index=int(request.POST.get("index", "-1")))
+        except (InputError, NotAllowedError, PolicyViolationError, ValueError) as exc:
+            messages.error(request, f"Could not request it: {exc}")
+        else:
+            messages.success(request, f"Change request #{change.pk} sent for approval.")
+            return redirect("quotas:request", request_id=change.pk)
+    files = [(name, digest) for name, digest in sorted(review.files.items())]
+    return render(request, "accounting/review.html", {"review": review, "files": files})
+
+
+@login_required
+def review_file(request: HttpRequest, review_id: int, name: str) -> FileResponse:
+    """A review's file, as stored (its SHA-256 in the ``Digest`` header)."""
+    review = get_object_or_404(Review, pk=review_id)
+    if name not in review.files:
+        raise Http404(f"review #{review.pk} has no file {name}")
+    path = Path(settings.ALLOT_REVIEWS_DIR) / name
+    if not path.is_file():
+        raise Http404(f"{name} is no longer on disk: rebuild the review")
+    response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
+    response["Digest"] = f"sha-256={review.files[name]}"
+    return response

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 from config.env import env_int
 
@@ -36,6 +37,10 @@ app.conf.beat_schedule = {
         "schedule": float(env_int("ALLOT_USAGE_DCGM_SECONDS", 900)),
     },
     "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
+    "reviews-monthly": {  # last month's governance review of every organisation and department, on the 1st
+        "task": "accounting.tasks.build_reviews",
+        "schedule": crontab(minute=0, hour=3, day_of_month=1),
+    },
     "findings-detect": {  # the detectors over the rollups; a finding that persists widens, never repeats
         "task": "accounting.tasks.detect_findings",
         "schedule": float(env_int("ALLOT_FINDINGS_SECONDS", 86400)),

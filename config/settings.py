@@ -153,6 +153,7 @@ CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 # Without a broker, tasks run in-process at enqueue time (the embedded demo default).
 CELERY_TASK_ALWAYS_EAGER = env_bool("ALLOT_CELERY_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_STORE_EAGER_RESULT = True  # in-process tasks report their state too (a review build's progress)
 # A task is acknowledged when it finishes, and requeued when its worker dies mid-task (OOM kill, node
 # loss): every task is idempotent (a sync or an ingest run twice writes the result once), so
 # redelivery never doubles work. The hard time limit stays below the broker's visibility timeout,
@@ -229,6 +230,8 @@ ALLOT_FINDINGS_THRESHOLDS = {
     if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
 }
 ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
+# Monthly governance reviews: where their files are kept (beat builds last month's on the 1st).
+ALLOT_REVIEWS_DIR = Path(env_str("ALLOT_REVIEWS_DIR", str(VAR_DIR / "reviews")))
 # ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
 

@@ -274,6 +274,7 @@ def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     when it is due next (one query). An entry beat never sent is due "at beat's next start"."""
     from datetime import timedelta
 
+    from celery.schedules import crontab, maybe_schedule
     from django.utils import timezone
 
     from config.celery import app
@@ -283,19 +284,28 @@ def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     runs = {r.name: r for r in BeatRun.objects.all()}
     rows = []
     for name, entry in sorted(app.conf.beat_schedule.items()):
-        every = entry["schedule"]
-        seconds = every.total_seconds() if isinstance(every, timedelta) else float(every)
+        schedule = maybe_schedule(entry["schedule"])
         last = runs.get(name)
-        due = last.last_run_at + timedelta(seconds=seconds) if last else None
+        if isinstance(schedule, crontab):  # a calendar entry (the monthly reviews): no fixed interval
+            seconds = None
+            every = f"cron {schedule._orig_minute} {schedule._orig_hour} {schedule._orig_day_of_month} * *"
+            due = (last.last_run_at if last else now) + schedule.remaining_estimate(last.last_run_at if last else now)
+            late = 3600.0
+        else:
+            seconds = schedule.run_every.total_seconds()
+            every = f"{int(seconds // 60)} min"
+            due = last.last_run_at + timedelta(seconds=seconds) if last else None
+            late = max(60.0, seconds / 2)
         rows.append(
             {
                 "name": name,
                 "task": entry["task"],
                 "args": ", ".join(map(str, entry.get("args", ()))),
-                "every_s": int(seconds),
+                "every_s": None if seconds is None else int(seconds),
+                "every": every,
                 "last": last,
-                "next": due,
-                "overdue": due is not None and due < now - timedelta(seconds=max(60.0, seconds / 2)),
+                "next": due if last or seconds is None else None,
+                "overdue": last is not None and due is not None and due < now - timedelta(seconds=late),
             }
         )
     return rows

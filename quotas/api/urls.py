@@ -1,7 +1,15 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from accounting.api import FindingViewSet, SourceRunViewSet, WorkloadRecordViewSet, fairness, showback, usage
+from accounting.api import (
+    FindingViewSet,
+    ReviewViewSet,
+    SourceRunViewSet,
+    WorkloadRecordViewSet,
+    fairness,
+    showback,
+    usage,
+)
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -21,6 +29,7 @@ router.register("admission-decisions", AdmissionDecisionViewSet)
 router.register("workload-records", WorkloadRecordViewSet)
 router.register("usage-sources", SourceRunViewSet)
 router.register("findings", FindingViewSet)
+router.register("reviews", ReviewViewSet)
 
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),

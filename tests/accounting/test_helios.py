@@ -48,6 +48,7 @@ def test_the_real_month_through_allots_rollups_gives_the_published_figures(month
     the_busiest_teams_are_full_most_of_the_time_and_the_small_job_teams_are_not(month)
     the_gap_day_shows_as_missing_telemetry_in_the_api(admin_client)
     the_detectors_report_what_the_trace_shows()
+    the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back(admin_client)
 
 
 def every_teams_month_matches(month):
@@ -120,3 +121,58 @@ def the_detectors_report_what_the_trace_shows():
     # above their guarantee in about as large a share of hours, and they cannot borrow (Helios VCs are fixed)
     assert set(demand) == {"vcpdc", "vc6ye", "vctjs"}
     assert demand["vcpdc"] > demand["vc6ye"] > demand["vctjs"] > 0.25
+
+
+def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back(admin_client):
+    """The review of acme/earth for May 2020: shrink or lend the idle teams' guarantees, grow the
+    saturated ones; every format opened with a reader and checked against the usage API."""
+    import csv
+    import subprocess
+    from pathlib import Path
+
+    from openpyxl import load_workbook
+
+    from accounting.services.review import review_data, review_files
+    from quotas.models import OrgUnit
+
+    earth = OrgUnit.objects.get(path="acme/earth")
+    data = review_data(earth, "2020-05")
+    verdicts = {r["unit_path"].rsplit("/", 1)[-1]: r["verdict"] for r in data.tables["recommendations"]}
+    assert set(verdicts) == {team.lower() for team in PUBLISHED}
+    for team in ("vcira", "vcjkd"):
+        assert verdicts[team] == "shrink", (team, verdicts[team])  # 2.2 % and 0.9 % used
+    for team in ("vchbv", "vccaa"):
+        assert verdicts[team] in ("lend more", "shrink"), (team, verdicts[team])  # "basically below 65 %"
+    for team in ("vcpdc", "vc6ye", "vctjs"):
+        assert verdicts[team] == "grow", (team, verdicts[team])  # the teams whose jobs waited most
+
+    folder = Path(__file__).resolve().parents[2] / "artifacts" / "review"
+    written = review_files(data, folder)
+    usage = admin_client.get(
+        "/api/v1/usage/",
+        {"within": "acme/earth", "group_by": "unit", "start": "2020-05-01T00:00:00Z", "end": "2020-06-01T00:00:00Z"},
+    ).json()
+    allocated = {row["unit_path"]: row["allocated_h"] for row in usage}
+    units_csv = next(p for p in written if p.name == "units.csv")
+    with units_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["unit_path"]: float(r["allocated_h"]) for r in rows} == pytest.approx(allocated, abs=0.01)
+    book = load_workbook(next(p for p in written if p.suffix == ".xlsx"))
+    assert book.sheetnames == ["summary", "units", "recommendations", "quota_changes", "findings", "coverage"]
+    sheet = book["units"]
+    assert sheet.freeze_panes == "A2" and len(sheet._charts) == 1
+    header = [c.value for c in sheet[1]]
+    by_unit = {r[0]: r[header.index("allocated_h")] for r in sheet.iter_rows(min_row=2, values_only=True)}
+    assert by_unit == pytest.approx(allocated, abs=0.01)
+    pdf = next(p for p in written if p.suffix == ".pdf")
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    text = " ".join(text.split())
+    assert "Governance review — acme/earth, 2020-05" in text and "page 1 of" in text
+    assert "Data coverage: 24 flavor-hours without telemetry" in text  # the empty 10 May
+    assert "vcira" in text and "shrink to 8" in text
+    shots = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["pdftoppm", "-png", "-r", "60", "-f", "1", "-l", "1", str(pdf), str(shots / "review-page")], check=True
+    )
+    assert any(shots.glob("review-page*.png"))

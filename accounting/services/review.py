@@ -1,0 +1,583 @@
+"""The monthly governance review of an organisation or department: the tables (``review_data``), the
+three formats (CSV, XLSX, PDF), and ``review_generate``, which stores a review with its files and
+checksums (a rerun replaces it, never duplicates) and tells the unit's leads.
+
+Tables, each with stable column names (``COLUMNS``; the README lists them):
+
+* ``units`` — per unit and flavor: the quota, the month's device-hours (allocated, within, borrowed,
+  lent, pending, active, productive and whether it is estimated), telemetry coverage, cost, idle cost
+  and lent credit, fairness (wait p95, slowdown p95, guarantee delivered), findings opened and
+  resolved, the verdict, and last month's allocated hours and cost where there is a last month;
+* ``recommendations`` — one per guarantee (``accounting.policy.review``), with its evidence and the
+  change request it would create (or did);
+* ``quota_changes`` — every quota change of the month from the audit trail: when, who, why, before → after;
+* ``findings`` — the findings opened or closed in the month;
+* ``coverage`` — hours with and without telemetry per flavor, and where usage came from.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Count, F, Q, Sum
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from accounting.models import Finding, SourceRun, UsageHour
+from accounting.policy.review import UnitMonth, recommend
+from accounting.selectors import fairness_report, showback_period, showback_report
+from accounting.services.findings import _candidate_detail
+from quotas.models import AuditEvent, OrgUnit, Quota, ResourceFlavor
+from quotas.selectors import subtree
+
+GPU = "nvidia.com/gpu"
+FORMATS = ("csv", "xlsx", "pdf")
+COLUMNS: dict[str, list[str]] = {
+    "units": [
+        "unit_path",
+        "flavor",
+        "guarantee",
+        "burst",
+        "lendable",
+        "allocated_h",
+        "within_h",
+        "borrowed_h",
+        "lent_h",
+        "pending_h",
+        "active_h",
+        "productive_h",
+        "productive_estimated",
+        "telemetry_hours",
+        "hours_in_month",
+        "cost",
+        "idle_cost",
+        "lent_credit",
+        "wait_p95_s",
+        "slowdown_p95",
+        "guarantee_delivered",
+        "findings_opened",
+        "findings_resolved",
+        "verdict",
+        "last_month_allocated_h",
+        "last_month_cost",
+    ],
+    "recommendations": ["unit_path", "flavor", "verdict", "evidence", "guarantee_to", "lendable_to", "change_request"],
+    "quota_changes": ["at", "actor", "unit_path", "what", "reason", "before", "after"],
+    "findings": ["id", "kind", "unit_path", "flavor", "state", "opened_at", "closed_at", "cost", "summary"],
+    "coverage": ["flavor", "hours_in_month", "hours_with_telemetry", "gap_hours", "sources"],
+}
+
+
+@dataclass
+class ReviewData:
+    unit_path: str
+    month: str
+    generated_at: datetime
+    tables: dict[str, list[dict[str, Any]]]
+    summary: dict[str, Any]
+
+
+def _month_bounds(month: str) -> tuple[datetime, datetime]:
+    period = showback_period(month)
+    return period.start, period.end
+
+
+def _previous(month: str) -> str:
+    start, _ = _month_bounds(month)
+    return (start - timedelta(days=1)).strftime("%Y-%m")
+
+
+def review_data(unit: OrgUnit, month: str) -> ReviewData:
+    """Everything the review says for ``unit`` and below in ``month`` (YYYY-MM, UTC)."""
+    start, end = _month_bounds(month)
+    hours_in_month = int((end - start).total_seconds() // 3600)
+    rows = UsageHour.objects.filter(subtree("unit__path", unit.path), hour__gte=start, hour__lt=end)
+    totals = {
+        (r["unit_id"], r["flavor_id"]): r
+        for r in rows.values("unit_id", "flavor_id").annotate(
+            g=Sum("guarantee"),
+            a=Sum("allocated"),
+            w=Sum("within"),
+            b=Sum("borrowed"),
+            lent_h=Sum("lent"),
+            p=Sum("pending"),
+            act=Sum("active"),
+            prod=Sum("productive"),
+            est=Count("id", filter=Q(productive_estimated=True)),
+            hours=Count("id", filter=Q(minutes__gt=0)),
+            above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
+        )
+    }
+    detail = _candidate_detail(start, end, [(u, f, 0.0) for u, f in totals])["stats"]
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={u for u, _ in totals}).only("id", "path", "parent_id")}
+    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={f for _, f in totals})}
+    quotas = {
+        (q.unit_id, q.flavor_id): q for q in Quota.objects.filter(resource=GPU, flavor__in=flavors, unit__in=units)
+    }
+    children: dict[tuple[int, int], int] = defaultdict(int)
+    children_h: dict[tuple[int, int], float] = defaultdict(float)
+    for (uid, fid), quota in quotas.items():
+        parent = units[uid].parent_id
+        if parent is not None:
+            children[(parent, fid)] += quota.guarantee
+    for (uid, fid), r in totals.items():
+        parent = units[uid].parent_id
+        if parent is not None:
+            children_h[(parent, fid)] += r["g"] or 0
+    show = {
+        (line["unit_path"], line["flavor_key"]): line
+        for line in showback_report(showback_period(month), within=unit.path, rollup=False)["lines"]
+    }
+    last = {
+        (line["unit_path"], line["flavor_key"]): line
+        for line in showback_report(showback_period(_previous(month)), within=unit.path, rollup=False)["lines"]
+    }
+    last_allocated = {
+        (r["unit__path"], r["flavor_id"]): r["a"]
+        for r in UsageHour.objects.filter(
+            subtree("unit__path", unit.path), hour__gte=_month_bounds(_previous(month))[0], hour__lt=start
+        )
+        .values("unit__path", "flavor_id")
+        .annotate(a=Sum("allocated"))
+    }
+    fair = {u["unit_path"]: u for u in fairness_report(showback_period(month), within=unit.path)["units"]}
+    found = Finding.objects.filter(subtree("unit__path", unit.path)).select_related("unit", "flavor__cluster")
+    opened = dict(
+        found.filter(opened_at__gte=start, opened_at__lt=end)
+        .values("unit_id")
+        .annotate(n=Count("id"))
+        .values_list("unit_id", "n")
+    )
+    closed = dict(
+        found.filter(closed_at__gte=start, closed_at__lt=end, state="resolved")
+        .values("unit_id")
+        .annotate(n=Count("id"))
+        .values_list("unit_id", "n")
+    )
+    table_units: list[dict[str, Any]] = []
+    table_recs: list[dict[str, Any]] = []
+    for (uid, fid), r in sorted(totals.items(), key=lambda kv: (units[kv[0][0]].path, kv[0][1])):
+        u, f = units[uid], flavors[fid]
+        q = quotas.get((uid, fid))
+        key = f"{f.cluster.name}/{f.name}"
+        own = max(0.0, (r["g"] or 0) - children_h[(uid, fid)])
+        p95_held, p95_demand, _ = detail.get((uid, fid), (0.0, 0.0, 0))
+        rec = recommend(
+            UnitMonth(
+                uid,
+                fid,
+                u.path,
+                key,
+                q.guarantee if q else 0,
+                q.burst if q else 0,
+                q.lendable if q else 0,
+                children[(uid, fid)],
+                own,
+                r["w"] or 0,
+                r["hours"],
+                hours_in_month,
+                r["above"],
+                p95_held,
+                p95_demand,
+            )
+        )
+        money = show.get((u.path, key), {})
+        before = last.get((u.path, key), {})
+        fairness = fair.get(u.path, {})
+        table_units.append(
+            {
+                "unit_path": u.path,
+                "flavor": key,
+                "guarantee": q.guarantee if q else 0,
+                "burst": q.burst if q else 0,
+                "lendable": q.lendable if q else 0,
+                "allocated_h": round(r["a"] or 0, 2),
+                "within_h": round(r["w"] or 0, 2),
+                "borrowed_h": round(r["b"] or 0, 2),
+                "lent_h": round(r["lent_h"] or 0, 2),
+                "pending_h": round(r["p"] or 0, 2),
+                "active_h": None if r["act"] is None else round(r["act"], 2),
+                "productive_h": None if r["prod"] is None else round(r["prod"], 2),
+                "productive_estimated": bool(r["est"]),
+                "telemetry_hours": r["hours"],
+                "hours_in_month": hours_in_month,
+                "cost": money.get("cost"),
+                "idle_cost": money.get("idle_cost"),
+                "lent_credit": money.get("lent_credit"),
+                "wait_p95_s": fairness.get("wait_p95_s"),
+                "slowdown_p95": fairness.get("slowdown_p95"),
+                "guarantee_delivered": fairness.get("guarantee_delivered"),
+                "findings_opened": opened.get(uid, 0),
+                "findings_resolved": closed.get(uid, 0),
+                "verdict": rec.verdict.value,
+                "last_month_allocated_h": None
+                if (u.path, fid) not in last_allocated
+                else round(last_allocated[(u.path, fid)], 2),
+                "last_month_cost": before.get("cost"),
+            }
+        )
+        if q and q.guarantee > 0:
+            action = rec.action or {}
+            table_recs.append(
+                {
+                    "unit_path": u.path,
+                    "flavor": key,
+                    "verdict": rec.verdict.value,
+                    "evidence": rec.evidence,
+                    "guarantee_to": action.get("guarantee"),
+                    "lendable_to": action.get("lendable"),
+                    "change_request": None,
+                    "action": rec.action,
+                }
+            )
+    changes = [
+        {
+            "at": e.at.isoformat(),
+            "actor": e.actor_name,
+            "unit_path": e.unit_path,
+            "what": e.object_repr,
+            "reason": e.reason,
+            "before": json.dumps(e.before, sort_keys=True),
+            "after": json.dumps(e.after, sort_keys=True),
+        }
+        for e in AuditEvent.objects.filter(action="quota_set", at__gte=start, at__lt=end)
+        .filter(Q(unit_path=unit.path) | Q(unit_path__startswith=f"{unit.path}/"))
+        .order_by("at")
+    ]
+    findings = [
+        {
+            "id": x.pk,
+            "kind": x.kind,
+            "unit_path": x.unit.path if x.unit else "",
+            "flavor": x.flavor.key if x.flavor else "",
+            "state": x.state,
+            "opened_at": x.opened_at.isoformat(),
+            "closed_at": x.closed_at.isoformat() if x.closed_at else None,
+            "cost": None if x.cost is None else f"{x.cost:.2f}",
+            "summary": x.summary,
+        }
+        for x in found.filter(Q(opened_at__gte=start, opened_at__lt=end) | Q(closed_at__gte=start, closed_at__lt=end))
+    ]
+    per_flavor = rows.values("flavor_id", "hour").annotate(m=Sum("minutes")).values_list("flavor_id", "hour")
+    covered: dict[int, set[datetime]] = defaultdict(set)
+    for fid, hour in per_flavor.filter(m__gt=0):
+        covered[fid].add(hour)
+    sources = sorted(set(SourceRun.objects.filter(cluster__flavors__in=flavors).values_list("source", flat=True)))
+    coverage: list[dict[str, Any]] = [
+        {
+            "flavor": f"{f.cluster.name}/{f.name}",
+            "hours_in_month": hours_in_month,
+            "hours_with_telemetry": len(covered[fid]),
+            "gap_hours": hours_in_month - len(covered[fid]),
+            "sources": ", ".join(sources) or "replay",
+        }
+        for fid, f in sorted(flavors.items(), key=lambda kv: kv[1].name)
+    ]
+    verdicts: dict[str, int] = defaultdict(int)
+    for rec_row in table_recs:
+        verdicts[rec_row["verdict"]] += 1
+    costs = [Decimal(x["cost"]) for x in table_units if x["cost"] is not None]
+    idle = [Decimal(x["idle_cost"]) for x in table_units if x["idle_cost"] is not None]
+    summary = {
+        "units": len({x["unit_path"] for x in table_units}),
+        "allocated_h": round(sum(x["allocated_h"] for x in table_units), 1),
+        "guarantee_h": round(sum(t["g"] or 0 for t in totals.values()), 1),
+        "cost": f"{sum(costs, Decimal(0)):.2f}" if costs else None,
+        "idle_cost": f"{sum(idle, Decimal(0)):.2f}" if idle else None,
+        "verdicts": dict(verdicts),
+        "gap_hours": sum(int(c["gap_hours"]) for c in coverage),
+        "quota_changes": len(changes),
+        "findings": len(findings),
+        "has_last_month": any(x["last_month_allocated_h"] is not None for x in table_units),
+    }
+    tables = {
+        "units": table_units,
+        "recommendations": table_recs,
+        "quota_changes": changes,
+        "findings": findings,
+        "coverage": coverage,
+    }
+    return ReviewData(unit.path, month, timezone.now(), tables, summary)
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return value
+
+
+def write_csv(data: ReviewData, folder: Path) -> list[Path]:
+    """One file per table, the columns of ``COLUMNS`` in order (a header line first)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table, columns in COLUMNS.items():
+        path = folder / f"{table}.csv"
+        with path.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(columns)
+            for row in data.tables[table]:
+                out.writerow([_cell(row.get(c)) for c in columns])
+        written.append(path)
+    return written
+
+
+MONEY_COLUMNS = {"cost", "idle_cost", "lent_credit", "last_month_cost"}
+HOUR_COLUMNS = {c for c in COLUMNS["units"] if c.endswith("_h")}
+
+
+def write_xlsx(data: ReviewData, path: Path) -> Path:
+    """One sheet per table: typed cells, frozen header, number formats, and a native bar chart of
+    allocated vs guarantee-hours per unit on the units sheet."""
+    from openpyxl import Workbook
+    from openpyxl.chart import BarChart, Reference
+    from openpyxl.styles import Font
+    from openpyxl.utils import get_column_letter
+
+    book = Workbook()
+    book.remove(book.active)  # type: ignore[arg-type]
+    cover = book.create_sheet("summary")
+    cover.append(["Governance review", data.unit_path])
+    cover.append(["Month", data.month])
+    cover.append(["Generated", data.generated_at.replace(tzinfo=None)])
+    for key, value in data.summary.items():
+        cover.append([key, json.dumps(value) if isinstance(value, dict) else value])
+    cover["A1"].font = Font(bold=True, size=14)
+    for table, columns in COLUMNS.items():
+        sheet = book.create_sheet(table)
+        sheet.append(columns)
+        for cell in sheet[1]:
+            cell.font = Font(bold=True)
+        for row in data.tables[table]:
+            values = []
+            for c in columns:
+                value = row.get(c)
+                if c in MONEY_COLUMNS and value is not None:
+                    value = float(Decimal(value))
+                values.append(value)
+            sheet.append(values)
+        sheet.freeze_panes = "A2"
+        for i, column in enumerate(columns, 1):
+            letter = get_column_letter(i)
+            sheet.column_dimensions[letter].width = max(12, min(60, len(column) + 4))
+            fmt = "#,##0.00" if column in MONEY_COLUMNS else "#,##0.0" if column in HOUR_COLUMNS else None
+            if fmt:
+                for (cell,) in sheet.iter_rows(min_row=2, min_col=i, max_col=i):
+                    cell.number_format = fmt
+        if table == "units" and data.tables[table]:
+            chart = BarChart()
+            chart.title = "Allocated device-hours per unit and flavor"
+            chart.y_axis.title = "device-hours"
+            count = len(data.tables[table])
+            col = columns.index("allocated_h") + 1
+            chart.add_data(Reference(sheet, min_col=col, min_row=1, max_row=count + 1), titles_from_data=True)
+            chart.set_categories(Reference(sheet, min_col=1, min_row=2, max_row=count + 1))
+            chart.width, chart.height = 24, 12
+            sheet.add_chart(chart, f"{get_column_letter(len(columns) + 2)}2")
+    book.save(path)
+    return path
+
+
+def _png(fig: Any) -> str:
+    import base64
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=150)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _plots(data: ReviewData) -> dict[str, str]:
+    """Plots for the PDF (matplotlib, no display): allocated vs guarantee-hours per unit, and the cost
+    split. Returned as PNG data URIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    units = data.tables["units"][:40]  # a readable page: the first 40 unit × flavor rows
+    out: dict[str, str] = {}
+    if units:
+        labels = [f"{u['unit_path'].rsplit('/', 1)[-1]} · {u['flavor'].rsplit('/', 1)[-1]}" for u in units]
+        fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(units))))
+        ax.barh(labels, [u["within_h"] for u in units], color="#3b6fd8", label="used inside the guarantee")
+        ax.barh(
+            labels,
+            [u["borrowed_h"] for u in units],
+            left=[u["within_h"] for u in units],
+            color="#e3a21a",
+            label="borrowed",
+        )
+        ax.scatter(
+            [u["guarantee"] * u["telemetry_hours"] for u in units],
+            labels,
+            color="#1d2430",
+            marker="|",
+            s=200,
+            label="guarantee-hours",
+        )
+        ax.invert_yaxis()
+        ax.set_xlabel("device-hours")
+        ax.legend(loc="lower right", fontsize=7)
+        ax.tick_params(labelsize=7)
+        fig.tight_layout()
+        out["use"] = _png(fig)
+        plt.close(fig)
+        costed = [u for u in units if u["cost"] is not None]
+        if costed:
+            fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(costed))))
+            idle = [float(u["idle_cost"] or 0) for u in costed]
+            rest = [float(u["cost"]) - i for u, i in zip(costed, idle, strict=True)]
+            names = [f"{u['unit_path'].rsplit('/', 1)[-1]} · {u['flavor'].rsplit('/', 1)[-1]}" for u in costed]
+            ax.barh(names, rest, color="#3b6fd8", label="used, borrowed, shared")
+            ax.barh(names, idle, left=rest, color="#c9d8f5", label="idle guarantee")
+            ax.invert_yaxis()
+            ax.set_xlabel("cost")
+            ax.legend(loc="lower right", fontsize=7)
+            ax.tick_params(labelsize=7)
+            fig.tight_layout()
+            out["cost"] = _png(fig)
+            plt.close(fig)
+    return out
+
+
+def write_pdf(data: ReviewData, path: Path) -> Path:
+    """A cover summary, the plots, and the tables (rows never split across pages), page numbers,
+    generation time and data coverage — from ``templates/accounting/review_pdf.html`` by WeasyPrint."""
+    try:
+        from weasyprint import HTML
+    except OSError as exc:  # the pango libraries are missing
+        raise RuntimeError(
+            f"PDF needs the pango library ({exc}): apt-get install libpango-1.0-0 libpangoft2-1.0-0"
+        ) from exc
+    html = render_to_string("accounting/review_pdf.html", {"data": data, "plots": _plots(data), "columns": COLUMNS})
+    HTML(string=html).write_pdf(path)
+    return path
+
+
+def review_files(data: ReviewData, folder: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Write the review in ``formats`` under ``folder``; the paths written."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"format {', '.join(unknown)}: use {', '.join(FORMATS)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"review-{data.unit_path.replace('/', '-')}-{data.month}"
+    written: list[Path] = []
+    if "csv" in formats:
+        written += write_csv(data, folder / f"{stem}-csv")
+    if "xlsx" in formats:
+        written.append(write_xlsx(data, folder / f"{stem}.xlsx"))
+    if "pdf" in formats:
+        written.append(write_pdf(data, folder / f"{stem}.pdf"))
+    return written
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def review_generate(*, unit: OrgUnit, month: str, formats: tuple[str, ...] = FORMATS) -> Any:
+    """Build and store the review of ``unit`` for ``month``: the files under ALLOT_REVIEWS_DIR with
+    their checksums, one ``Review`` row per unit and month (a rerun replaces it). Mails the unit's
+    leads the link."""
+    from accounting.models import Review
+
+    data = review_data(unit, month)
+    folder = Path(settings.ALLOT_REVIEWS_DIR) / unit.path.replace("/", "-") / month
+    written = review_files(data, folder, formats)
+    files = {str(p.relative_to(settings.ALLOT_REVIEWS_DIR)): sha256(p) for p in written}
+    with transaction.atomic():
+        review, _ = Review.objects.update_or_create(
+            unit=unit,
+            month=month,
+            defaults={
+                "generated_at": data.generated_at,
+                "files": files,
+                "summary": data.summary,
+                "recommendations": data.tables["recommendations"],
+            },
+        )
+        emails = sorted({u.email for u in unit.leads.all() if u.email})
+        if emails:
+            subject = f"[Allot] governance review {unit.path} {month}"
+            text = f"The review of {unit.path} for {month} is ready: /reviews/{review.pk}/\n\n"
+            text += json.dumps(data.summary, indent=2) + "\n"
+            transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))
+    return review
+
+
+def last_month(now: datetime | None = None) -> str:
+    now = now or datetime.now(tz=UTC)
+    return (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+
+
+@transaction.atomic
+def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> Any:
+    """Turn recommendation ``index`` of a stored review into a change request (approved through the
+    usual flow) and record it on the review; audited. A recommendation accepted already returns its
+    request."""
+    from accounting.models import Review
+    from quotas.errors import InputError
+    from quotas.policy.quantity import Resource
+    from quotas.services.audit import audit_event, audit_write
+    from quotas.services.change_requests import change_request_submit
+    from quotas.services.quota import QuotaChange
+
+    review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
+    if not 0 <= index < len(review.recommendations):
+        raise InputError(
+            "index", f"review #{review.pk} has {len(review.recommendations)} recommendations", "pick one of them"
+        )
+    rec = review.recommendations[index]
+    if rec.get("change_request"):
+        from quotas.models import ChangeRequest
+
+        return ChangeRequest.objects.get(pk=rec["change_request"])
+    action = rec.get("action")
+    if not action:
+        raise InputError(
+            "index", f"{rec['unit_path']} {rec['flavor']}: the review says {rec['verdict']}", "nothing to request"
+        )
+    change = QuotaChange(
+        int(action["unit"]), int(action["flavor"]), Resource.GPU, action.get("guarantee"), None, action.get("lendable")
+    )
+    why = (reason.strip() + " — " if reason.strip() else "") + (
+        f"governance review {review.unit.path} {review.month}: {rec['verdict']} — {rec['evidence']}"
+    )
+    request = change_request_submit(actor=actor, reason=why[:2000], changes=[change])
+    recommendations = list(review.recommendations)
+    recommendations[index] = {**rec, "change_request": request.pk}
+    review.recommendations = recommendations
+    review.save(update_fields=["recommendations"])
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="review_accept",
+                obj_type="review",
+                obj_id=review.pk,
+                obj_repr=f"{review.unit.path} {review.month} #{index}",
+                before=None,
+                after={"change_request": request.pk, "verdict": rec["verdict"]},
+                reason=why[:500],
+                unit_path=rec["unit_path"],
+            )
+        ]
+    )
+    return request
