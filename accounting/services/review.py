@@ -391,6 +391,10 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
     return path
 
 
+PLOTTED = 40
+"""Rows a plot shows (the largest by guarantee and use): a department of 500 teams stays readable."""
+
+
 def _png(fig: Any) -> str:
     import base64
 
@@ -407,8 +411,11 @@ def _plots(data: ReviewData) -> dict[str, str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    units = data.tables["units"][:40]  # a readable page: the first 40 unit × flavor rows
-    out: dict[str, str] = {}
+    everything = data.tables["units"]
+    units = sorted(everything, key=lambda u: -(u["allocated_h"] + u["guarantee"] * u["telemetry_hours"]))[:PLOTTED]
+    out: dict[str, str] = {
+        "note": f"the {len(units)} largest of {len(everything)}" if len(everything) > PLOTTED else ""
+    }
     if units:
         labels = [f"{u['unit_path'].rsplit('/', 1)[-1]} · {u['flavor'].rsplit('/', 1)[-1]}" for u in units]
         fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(units))))
@@ -462,7 +469,20 @@ def write_pdf(data: ReviewData, path: Path) -> Path:
         raise RuntimeError(
             f"PDF needs the pango library ({exc}): apt-get install libpango-1.0-0 libpangoft2-1.0-0"
         ) from exc
-    html = render_to_string("accounting/review_pdf.html", {"data": data, "plots": _plots(data), "columns": COLUMNS})
+    import logging
+
+    for name in ("weasyprint", "weasyprint.progress"):  # its progress is per page: hundreds of lines
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("fontTools").setLevel(logging.WARNING)
+    changes = [r for r in data.tables["recommendations"] if r["verdict"] != "keep"]
+    context = {
+        "data": data,
+        "plots": _plots(data),
+        "columns": COLUMNS,
+        "changes": changes,
+        "keep": len(data.tables["recommendations"]) - len(changes),
+    }
+    html = render_to_string("accounting/review_pdf.html", context)
     HTML(string=html).write_pdf(path)
     return path
 
