@@ -139,13 +139,12 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
     data = review_data(earth, "2020-05")
     verdicts = {r["unit_path"].rsplit("/", 1)[-1]: r["verdict"] for r in data.tables["recommendations"]}
     assert set(verdicts) == {team.lower() for team in PUBLISHED}
-    for team in ("vcira", "vcjkd"):
-        assert verdicts[team] == "shrink", (team, verdicts[team])  # 2.2 % and 0.9 % used
-    for team in ("vchbv", "vccaa"):
-        assert verdicts[team] in ("lend more", "shrink"), (team, verdicts[team])  # "basically below 65 %"
-    for team in ("vcpdc", "vc6ye", "vctjs"):
-        assert verdicts[team] == "grow", (team, verdicts[team])  # the teams whose jobs waited most
-
+    changed = {team: verdict for team, verdict in verdicts.items() if verdict != "keep"}
+    assert changed == {
+        "vcira": "shrink", "vcjkd": "shrink",  # 2.2 % and 0.9 % of their guarantees used
+        "vchbv": "lend more", "vccaa": "lend more", "vc3sl": "lend more", "vcsol": "lend more",  # below 65 %
+        "vcpdc": "grow", "vc6ye": "grow", "vctjs": "grow",  # the teams whose jobs waited most
+    }  # fmt: skip
     folder = Path(__file__).resolve().parents[2] / "artifacts" / "review"
     written = review_files(data, folder)
     usage = admin_client.get(
