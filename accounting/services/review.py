@@ -7,7 +7,8 @@ Tables, each with stable column names (``COLUMNS``; the README lists them):
 * ``units`` — per unit and flavor: the quota, the month's device-hours (allocated, within, borrowed,
   lent, pending, active, productive and whether it is estimated), telemetry coverage, cost, idle cost
   and lent credit, fairness (wait p95, slowdown p95, guarantee delivered), findings opened and
-  resolved, the verdict, and last month's allocated hours and cost where there is a last month;
+  resolved, the verdict, last month's allocated hours and cost where there is a last month, and
+  contract compliance: reclaims of its guarantee within and beyond the contract's promise;
 * ``recommendations`` — one per guarantee (``accounting.policy.review``), with its evidence and the
   change request it would create (or did);
 * ``quota_changes`` — every quota change of the month from the audit trail: when, who, why, before → after;
@@ -38,7 +39,7 @@ from django.utils import timezone
 from accounting.models import Finding, SourceRun, UsageHour
 from accounting.policy.review import UnitMonth, recommend
 from accounting.selectors import fairness_report, showback_period, showback_report
-from accounting.services.findings import _candidate_detail
+from accounting.services.findings import _candidate_detail, reclaims
 from quotas.models import AuditEvent, OrgUnit, Quota, ResourceFlavor
 from quotas.selectors import subtree
 
@@ -166,6 +167,10 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         .annotate(n=Count("id"))
         .values_list("unit_id", "n")
     )
+    kept: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
+    for reclaim in reclaims(start, end, {}):
+        late = (reclaim.admitted - reclaim.submitted).total_seconds() > reclaim.promised_s
+        kept[(reclaim.lender, reclaim.flavor)][1 if late else 0] += 1
     table_units: list[dict[str, Any]] = []
     table_recs: list[dict[str, Any]] = []
     for (uid, fid), r in sorted(totals.items(), key=lambda kv: (units[kv[0][0]].path, kv[0][1])):
@@ -226,6 +231,8 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
                 if (u.path, fid) not in last_allocated
                 else round(last_allocated[(u.path, fid)], 2),
                 "last_month_cost": before.get("cost"),
+                "reclaims_within_promise": kept[(uid, fid)][0] if (uid, fid) in kept else 0,
+                "reclaims_beyond_promise": kept[(uid, fid)][1] if (uid, fid) in kept else 0,
             }
         )
         if q and q.guarantee > 0:

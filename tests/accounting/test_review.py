@@ -45,6 +45,33 @@ def month(org, settings, tmp_path):
 
 
 def test_the_tables_say_what_the_month_was(org, month):
+    from accounting.models import Allocation, WorkloadRecord
+
+    t0 = datetime(2026, 11, 2, 9, tzinfo=UTC)
+    for unit, sid, borrowed, start, end, state, submitted in (
+        (org.vision, "b", 8, t0, t0 + timedelta(minutes=20), "evicted Preempted", t0),
+        (
+            org.nlp,
+            "l",
+            0,
+            t0 + timedelta(minutes=40),
+            t0 + timedelta(minutes=50),
+            "Finished",
+            t0 + timedelta(minutes=10),
+        ),
+    ):
+        record = WorkloadRecord.objects.create(
+            cluster=org.cluster,
+            scheduler_id=sid,
+            unit=unit,
+            flavor=org.flavor,
+            devices=8,
+            state="finished",
+            submitted_at=submitted,
+            admitted_at=start,
+        )
+        Allocation.objects.create(record=record, unit=unit, flavor=org.flavor, devices=8, borrowed=borrowed,
+                                  start=start, end=end, raw_state=state, submitted_at=submitted)  # fmt: skip
     data = review_data(org.acme, month)
     units = {(u["unit_path"], u["flavor"]): u for u in data.tables["units"]}
     ops = units[("acme/ops", "west/a100")]
@@ -56,6 +83,8 @@ def test_the_tables_say_what_the_month_was(org, month):
     assert (
         verdicts["acme/research/vision"]["verdict"] == "grow" and verdicts["acme/research/vision"]["guarantee_to"] == 27
     )
+    nlp = units[("acme/research/nlp", "west/a100")]  # waited 30 min for its guarantee; the contract says 15
+    assert (nlp["reclaims_within_promise"], nlp["reclaims_beyond_promise"]) == (0, 1)
     assert data.summary["gap_hours"] == 0 and not data.summary["has_last_month"]
     assert data.tables["quota_changes"] == []  # the fixture's edits were made today, not in November
     now = review_data(org.acme, timezone.now().strftime("%Y-%m"))
