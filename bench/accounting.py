@@ -12,8 +12,6 @@ key=value: showback_month_s, detect_month_s, api_queries, findings, units, hours
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -21,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.benchdb import database_url, setup_database  # noqa: E402
+
 UNITS, TYPES = 1000, ("a100", "h100", "l40s", "v100")
 MONTH = datetime(2026, 10, 1, tzinfo=UTC)
 END = datetime(2026, 11, 1, tzinfo=UTC)
@@ -42,24 +42,6 @@ CROSS JOIN LATERAL (
 ) v
 WHERE u.depth = 2
 """
-
-
-def database_url() -> str:
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/allot")
-    if not base.startswith("postgres"):
-        sys.exit("bench/accounting.py needs PostgreSQL (DATABASE_URL=postgres://…)")
-    return base.rsplit("/", 1)[0] + "/allot_bench"
-
-
-def setup_database(url: str) -> None:
-    import psycopg
-
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS allot_bench")
-        conn.execute("CREATE DATABASE allot_bench")
-    env = {**os.environ, "DATABASE_URL": url, "ALLOT_SECRET_KEY": "bench-only"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
 
 
 def organisation() -> None:
@@ -94,10 +76,7 @@ def organisation() -> None:
 
 
 def main() -> None:
-    url = database_url()
-    os.environ.update(
-        {"DATABASE_URL": url, "ALLOT_SECRET_KEY": "bench-only", "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
+    url = database_url("accounting")
     setup_database(url)
 
     import django

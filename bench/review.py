@@ -10,43 +10,21 @@ review_pdf_s, review_all_s, review_peak_mb (the process's peak resident memory),
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def _month_bench() -> Any:
-    """bench/accounting.py's month and organisation (loaded by path: its name is the app's)."""
-    spec = importlib.util.spec_from_file_location("bench_accounting", ROOT / "bench" / "accounting.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MONTH_BENCH = _month_bench()
-END, FILL, MONTH, TYPES, UNITS = (getattr(MONTH_BENCH, n) for n in ("END", "FILL", "MONTH", "TYPES", "UNITS"))
-database_url, organisation, setup_database = (
-    MONTH_BENCH.database_url,
-    MONTH_BENCH.organisation,
-    MONTH_BENCH.setup_database,
-)
+from bench.accounting import END, FILL, MONTH, TYPES, UNITS, organisation  # noqa: E402
+from bench.benchdb import database_url, setup_database  # noqa: E402
 
 
 def main() -> None:
-    url = database_url()
-    os.environ.update(
-        {"DATABASE_URL": url, "ALLOT_SECRET_KEY": "bench-only", "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
+    url = database_url("review")
     setup_database(url)
 
     import django

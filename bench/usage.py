@@ -17,7 +17,6 @@ import csv
 import os
 import random
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,16 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.benchdb import database_url, setup_database  # noqa: E402
+
 LINES = int(os.environ.get("BENCH_USAGE_LINES", "1000000"))
 UNITS, TYPES = 1000, ("a100", "h100", "l40s", "v100")
 MONTH = datetime(2026, 10, 1, tzinfo=UTC)
-
-
-def database_url() -> str:
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/allot")
-    if not base.startswith("postgres"):
-        sys.exit("bench/usage.py needs PostgreSQL (DATABASE_URL=postgres://…)")
-    return base.rsplit("/", 1)[0] + "/allot_bench"
 
 
 def make_sacct(path: Path) -> int:
@@ -67,17 +61,6 @@ def make_sacct(path: Path) -> int:
     return written
 
 
-def setup_database(url: str) -> None:
-    import psycopg
-
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS allot_bench")
-        conn.execute("CREATE DATABASE allot_bench")
-    env = {**os.environ, "DATABASE_URL": url, "ALLOT_SECRET_KEY": "bench-only"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-
-
 def organisation() -> object:
     """1,000 teams under one department, each with a Slurm account and a guarantee on each GPU type
     (bulk rows: this is the bench's fixture, not what it measures)."""
@@ -103,10 +86,7 @@ def organisation() -> object:
 
 
 def main() -> None:
-    url = database_url()
-    os.environ.update(
-        {"DATABASE_URL": url, "ALLOT_SECRET_KEY": "bench-only", "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
+    url = database_url("usage")
     work = Path(tempfile.mkdtemp(prefix="allot-bench-usage-"))
     text = work / "sacct.psv"
     lines = make_sacct(text)

@@ -410,6 +410,18 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def _finish(plt: Any, fig: Any, ax: Any, xlabel: str) -> str:
+    """The plots' common dress (largest first, a small legend) and the figure as a PNG data URI."""
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.legend(loc="lower right", fontsize=7)
+    ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    uri = _png(fig)
+    plt.close(fig)
+    return uri
+
+
 def _plots(data: ReviewData) -> dict[str, str]:
     """Plots for the PDF (matplotlib, no display): allocated vs guarantee-hours per unit, and the cost
     split. Returned as PNG data URIs."""
@@ -442,13 +454,7 @@ def _plots(data: ReviewData) -> dict[str, str]:
             s=200,
             label="guarantee-hours",
         )
-        ax.invert_yaxis()
-        ax.set_xlabel("device-hours")
-        ax.legend(loc="lower right", fontsize=7)
-        ax.tick_params(labelsize=7)
-        fig.tight_layout()
-        out["use"] = _png(fig)
-        plt.close(fig)
+        out["use"] = _finish(plt, fig, ax, "device-hours")
         costed = [u for u in units if u["cost"] is not None]
         if costed:
             fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(costed))))
@@ -457,13 +463,7 @@ def _plots(data: ReviewData) -> dict[str, str]:
             names = [f"{u['unit_path'].rsplit('/', 1)[-1]} · {u['flavor'].rsplit('/', 1)[-1]}" for u in costed]
             ax.barh(names, rest, color="#3b6fd8", label="used, borrowed, shared")
             ax.barh(names, idle, left=rest, color="#c9d8f5", label="idle guarantee")
-            ax.invert_yaxis()
-            ax.set_xlabel("cost")
-            ax.legend(loc="lower right", fontsize=7)
-            ax.tick_params(labelsize=7)
-            fig.tight_layout()
-            out["cost"] = _png(fig)
-            plt.close(fig)
+            out["cost"] = _finish(plt, fig, ax, "cost")
     return out
 
 
