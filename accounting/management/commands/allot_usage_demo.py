@@ -22,3 +22,25 @@ class Command(BaseCommand):
             f"Loaded {run.counts['rows']:,} team-minutes of {run.counts['units']} teams "
             f"({run.counts['gap_minutes']:,} gap minutes) in {time.monotonic() - started:.0f} s. {ATTRIBUTION}."
         )
+        self.findings_and_review()
+
+    def findings_and_review(self) -> None:
+        """The month's findings (the detectors over all of May) and its governance review, so the
+        demo's Findings and Reviews pages show what the real month says."""
+        from datetime import UTC, datetime
+
+        from accounting.policy.findings import Thresholds
+        from accounting.services.findings import findings_detect
+        from accounting.services.review import review_generate
+        from quotas.models import OrgUnit
+
+        june = datetime(2020, 6, 1, tzinfo=UTC)
+        found = findings_detect(end=june, now=june, th=Thresholds(idle_window_days=31, reservation_window_days=31))
+        self.stdout.write(f"Findings for May 2020: {found.found or 'none'}")
+        earth = OrgUnit.objects.get(path="acme/earth")
+        try:
+            review = review_generate(unit=earth, month="2020-05")
+        except RuntimeError as exc:  # no pango for the PDF on this machine: the other formats still come
+            self.stdout.write(f"{exc}; writing the review as CSV and XLSX only")
+            review = review_generate(unit=earth, month="2020-05", formats=("csv", "xlsx"))
+        self.stdout.write(f"Governance review of acme/earth for 2020-05: {review.summary['verdicts']}")
