@@ -288,4 +288,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("ALLOT_LOG_LEVEL", "INFO")},
+    # the review's PDF: WeasyPrint logs a line per page laid out, fontTools per font subset
+    "loggers": {name: {"level": "WARNING"} for name in ("weasyprint", "weasyprint.progress", "fontTools")},
 }
