@@ -176,9 +176,10 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     if drift and not force:
         _report_drift(run, plans)
         return
-    if not _dry_run(run, client, plans, force=force) or mode == SyncMode.DRY_RUN:
+    passed = _dry_run(run, client, plans, force=force)
+    if passed is None:
         return
-    _apply(run, client, plans, force=force)
+    _apply(run, client, passed, force=force)
 
 
 def _skip_not_ours(run: _Run, client: KueueClient, plans: list[ObjectPlan]) -> list[ObjectPlan]:
@@ -216,9 +217,11 @@ def _report_drift(run: _Run, plans: list[ObjectPlan]) -> None:
     run.run.message = f"{drifted} object(s) differ from the policy" if drifted else "in sync"
 
 
-def _dry_run(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: bool) -> bool:
-    """Server-side dry run of every write; True when all of them would succeed."""
-    failed = False
+def _dry_run(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: bool) -> list[ObjectPlan] | None:
+    """Server-side dry run of every write. In a dry-run sync it records every outcome and returns
+    None. Otherwise it records the objects the server refused — each with what refused it and what to
+    do — and returns the plans to apply: one refused object (an out-of-band edit, a flavor Kueue
+    rejects) never blocks the unrelated others."""
     results: list[tuple[ObjectPlan, ClusterCallError | None]] = []
     for plan in plans:
         error = None
@@ -227,10 +230,16 @@ def _dry_run(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: 
             try:
                 client.apply(plan.desired, dry_run=True, force=force)
             except ClusterCallError as exc:
-                error, failed = exc, True
+                if exc.status == 0:
+                    raise  # the cluster is unreachable: nothing else would get through either
+                error = exc
         results.append((plan, error))
-    if not failed and run.run.mode != SyncMode.DRY_RUN:
-        return True
+    refused = [(plan, error) for plan, error in results if error is not None]
+    for plan, error in refused:
+        run.add(plan.key, _error_outcome(error), changes=plan.changes, message=_advice(run, plan, error),
+                details=error.as_dict())  # fmt: skip
+    if run.run.mode != SyncMode.DRY_RUN:
+        return [plan for plan, error in results if error is None]
     would = {
         Action.CREATE: SyncOutcome.WOULD_CREATE,
         Action.UPDATE: SyncOutcome.WOULD_UPDATE,
@@ -238,18 +247,42 @@ def _dry_run(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: 
         Action.UNCHANGED: SyncOutcome.UNCHANGED,
     }
     for plan, error in results:
-        if error is not None:
-            run.add(plan.key, _error_outcome(error), changes=plan.changes, message=str(error), details=error.as_dict())
-        else:
+        if error is None:
             run.add(plan.key, would[plan.action], changes=plan.changes)
-    if failed:
-        run.run.status = SyncStatus.FAILED
-        run.run.message = "the API server refused the dry run; nothing was applied"
+    changes = run.count(SyncOutcome.WOULD_CREATE, SyncOutcome.WOULD_UPDATE, SyncOutcome.WOULD_DELETE)
+    if refused:
+        run.run.status = SyncStatus.PARTIAL
+        run.run.message = f"{len(refused)} object(s) the API server would refuse (see each); {changes} would change"
     else:
-        changes = run.count(SyncOutcome.WOULD_CREATE, SyncOutcome.WOULD_UPDATE, SyncOutcome.WOULD_DELETE)
         run.run.status = SyncStatus.WOULD_CHANGE if changes else SyncStatus.IN_SYNC
         run.run.message = f"{changes} object(s) would change" if changes else "in sync"
-    return False
+    return None
+
+
+def _advice(run: _Run, plan: ObjectPlan, error: ClusterCallError) -> str:
+    """The server's words, and what the operator can do about them."""
+    cluster = run.run.cluster.name
+    if error.status == 409:
+        fields = ", ".join(sorted({str(c.get("field", "?")) for c in error.causes})) or "a field"
+        managers = sorted(
+            {m.split('"')[1] for m in (str(c.get("message", "")) for c in error.causes) if m.count('"') >= 2}
+        )
+        who = ", ".join(managers) or "another field manager"
+        return (
+            f"{error}. {fields} of {plan.kind} {plan.name} was changed by {who} outside Allot, so Allot will not "
+            f"overwrite it. To make Allot's value win, set the cluster's drift policy to correct "
+            f"(PATCH /api/v1/clusters/{cluster}/ with drift_policy=correct) and run "
+            f"`manage.py allot_sync --cluster {cluster} --drift`: Allot takes the field over. To keep the edit, "
+            f"make the same change in Allot so both agree. The other objects of this sync were applied."
+        )
+    if error.status == 422:
+        return f"{error}. Kueue refuses this object as compiled: fix the input named above; the others were applied."
+    if error.status == 404 and plan.namespace:
+        return (
+            f"namespace {plan.namespace} does not exist on {cluster}: create it (Allot does not create namespaces), "
+            f"or remove the binding; the other objects were applied."
+        )
+    return str(error)
 
 
 def _error_outcome(error: ClusterCallError) -> SyncOutcome:
