@@ -56,6 +56,17 @@ class Cluster(models.Model):
         return self.name
 
 
+def validate_node_labels(value: object) -> None:
+    """Kubernetes' label rules (quotas.policy.labels), so Kueue's webhook never refuses the flavor."""
+    from django.core.exceptions import ValidationError
+
+    from quotas.policy.labels import label_problems
+
+    problems = label_problems(value)
+    if problems:
+        raise ValidationError(problems)
+
+
 class ResourceFlavor(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=PROTECT, related_name="flavors")
     name = models.CharField(max_length=63, validators=[slug_validator])
@@ -68,7 +79,12 @@ class ResourceFlavor(models.Model):
     )
     cpu_capacity = models.BigIntegerField(null=True, blank=True, help_text="Millicores in the pool; empty = unchecked")
     memory_capacity = models.BigIntegerField(null=True, blank=True, help_text="Bytes in the pool; empty = unchecked")
-    node_labels = models.JSONField(default=dict, blank=True)
+    node_labels = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_node_labels],
+        help_text='Kubernetes labels of its nodes (at most 8), e.g. {"nvidia.com/gpu.product": "NVIDIA-H100"}.',
+    )
     tolerations = models.JSONField(default=list, blank=True)
     billing_weight = models.DecimalField(max_digits=8, decimal_places=3, default=1)
     queue_order = models.PositiveSmallIntegerField(

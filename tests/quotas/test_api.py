@@ -233,6 +233,24 @@ def test_catalogue_create_requires_its_fields_and_patch_is_partial(api, org):
     assert AuditEvent.objects.filter(action="flavor_set", reason="less headroom").count() == 1
 
 
+def test_flavor_labels_kueue_would_refuse_are_refused_at_input_and_nothing_is_saved(api, org):
+    """Issue #15.6: such a flavor passed Allot and the API server, then blocked the cluster's sync."""
+    url = f"/api/v1/flavors/{org.flavor.pk}/"
+    for labels, words in (
+        ({"bad key!": "true"}, "name 'bad key!' must be 1 to 63 characters"),
+        ({"pool": "v" * 64}, "must be at most 63 characters"),
+        ({f"l{i}": "x" for i in range(9)}, "at most 8 node labels"),
+    ):
+        answer = api.patch(url, {"node_labels": labels, "reason": "labels"}, format="json")
+        assert answer.status_code == 400 and words in str(answer.json()["node_labels"]), answer.json()
+    org.flavor.refresh_from_db()
+    assert org.flavor.node_labels == {} and not AuditEvent.objects.filter(reason="labels").exists()
+    good = api.patch(
+        url, {"node_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, "reason": "ok"}, format="json"
+    )
+    assert good.status_code == 200
+
+
 @pytest.mark.parametrize("url", ["/api/v1/units/", "/api/v1/quotas/", "/api/v1/flavors/", "/api/v1/audit/"])
 def test_list_endpoints_do_not_query_per_row(url, django_assert_max_num_queries):
     from django.core.management import call_command
