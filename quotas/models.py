@@ -55,6 +55,27 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """A connection_ref Allot can use for this kind of cluster (issue #15.8: 'bogus' was accepted)."""
+        from django.core.exceptions import ValidationError
+
+        ref = self.connection_ref.strip()
+        if not ref:
+            return
+        kind, _, rest = ref.partition(":")
+        if self.kind == ClusterKind.SLURM:
+            ok = kind == "slurm" and bool(rest)
+            forms = "'slurm:<the cluster's name in slurmdbd>'"
+        else:
+            ok = (
+                ref == "in-cluster"
+                or (kind == "kubeconfig" and rest.startswith("/"))
+                or (kind == "url" and rest.startswith(("http://", "https://")))
+            )
+            forms = "'kubeconfig:/path/to/kubeconfig[#context]', 'in-cluster' or 'url:https://host:port'"
+        if not ok:
+            raise ValidationError({"connection_ref": f"{ref!r} is not a connection Allot can use: give {forms}"})
+
 
 def validate_node_labels(value: object) -> None:
     """Kubernetes' label rules (quotas.policy.labels), so Kueue's webhook never refuses the flavor."""

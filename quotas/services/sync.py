@@ -305,7 +305,7 @@ def _apply(run: _Run, client: KueueClient, plans: list[ObjectPlan], *, force: bo
             run.add(plan.key, _error_outcome(exc), changes=plan.changes, message=str(exc), details=exc.as_dict())
             continue
         run.add(plan.key, done[plan.action], changes=plan.changes)
-    failed = run.count(SyncOutcome.CONFLICT, SyncOutcome.INVALID, SyncOutcome.ERROR)
+    failed = run.count(SyncOutcome.CONFLICT, SyncOutcome.INVALID, SyncOutcome.ERROR, SyncOutcome.NOT_OURS)
     written = run.count(SyncOutcome.CREATED, SyncOutcome.UPDATED, SyncOutcome.DELETED)
     if failed:
         run.run.status = SyncStatus.PARTIAL

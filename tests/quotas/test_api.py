@@ -233,6 +233,24 @@ def test_catalogue_create_requires_its_fields_and_patch_is_partial(api, org):
     assert AuditEvent.objects.filter(action="flavor_set", reason="less headroom").count() == 1
 
 
+def test_a_connection_ref_allot_cannot_use_is_refused_naming_the_forms(api, org):
+    """Issue #15.8: 'bogus' was accepted with 200."""
+    for kind, ref, form in (
+        ("kubernetes", "bogus", "'in-cluster'"),
+        ("kubernetes", "kubeconfig:relative.yaml", "kubeconfig:/path"),
+        ("kubernetes", "url:ftp://x", "url:https://host:port"),
+        ("slurm", "kubeconfig:/etc/k.yaml", "slurm:<the cluster's name in slurmdbd>"),
+    ):
+        body = {"name": "east", "kind": kind, "connection_ref": ref, "reason": "r"}
+        answer = api.post("/api/v1/clusters/", body, format="json")
+        assert answer.status_code == 400 and form in str(answer.json()["connection_ref"]), answer.json()
+    for i, (kind, ref) in enumerate(
+        (("kubernetes", "in-cluster"), ("kubernetes", "url:http://x:8001"), ("slurm", "slurm:lab"))
+    ):
+        body = {"name": f"c{i}", "kind": kind, "connection_ref": ref, "reason": "r"}
+        assert api.post("/api/v1/clusters/", body, format="json").status_code == 201
+
+
 def test_flavor_labels_kueue_would_refuse_are_refused_at_input_and_nothing_is_saved(api, org):
     """Issue #15.6: such a flavor passed Allot and the API server, then blocked the cluster's sync."""
     url = f"/api/v1/flavors/{org.flavor.pk}/"

@@ -153,7 +153,7 @@ def test_an_object_with_our_name_that_is_not_ours_is_left_alone(demo, fake):
         }
     )
     run = sync(demo, fake)
-    assert run.status == SyncStatus.APPLIED
+    assert run.status == SyncStatus.PARTIAL and "1 object(s) failed" in run.message  # not "in sync" (#15.8)
     [not_ours] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.NOT_OURS)
     assert not_ours.name == "acme.research.rl" and "helm" in not_ours.message
     assert fake.objects[("ClusterQueue", "", "acme.research.rl")]["spec"] == {
@@ -249,3 +249,26 @@ def test_kueues_reported_usage_is_kept_and_shown(demo, fake, client):
     assert "<td>12</td>" in page and "allocated 12" in page
     sync(demo, fake, mode="drift_check")  # a newer read replaces the old one
     assert QueueUsage.objects.count() == 2
+
+
+def test_the_command_says_what_happened_in_its_exit_code(demo, fake):
+    """Issue #15.8: --drift exited 0 with drift found; distinct codes, documented in --help."""
+    from django.core.management import CommandError, call_command
+
+    demo.connection_ref = f"url:{fake.url}"
+    demo.save()
+    call_command("allot_sync", "--cluster", "k8s-west")  # applied: 0
+    fake.kubectl_edit(
+        "ClusterQueue",
+        "acme.research.speech",
+        lambda o: o["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2].update(nominalQuota="99"),
+    )
+    with pytest.raises(CommandError) as drift:
+        call_command("allot_sync", "--cluster", "k8s-west", "--drift")
+    assert drift.value.returncode == 3 and "Drift found" in str(drift.value)
+    with pytest.raises(CommandError) as partial:
+        call_command("allot_sync", "--cluster", "k8s-west")
+    assert partial.value.returncode == 4 and "1 object(s) failed" in str(partial.value)
+    with pytest.raises(CommandError) as would:
+        call_command("allot_sync", "--cluster", "k8s-west", "--dry-run")  # the dry run says it would be refused
+    assert would.value.returncode == 4

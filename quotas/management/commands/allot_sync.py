@@ -8,11 +8,22 @@ from quotas.errors import InputError
 from quotas.models import Cluster, SyncMode, SyncObject, SyncOutcome, SyncStatus
 from quotas.services.sync import cluster_sync
 
-FAILED = {SyncStatus.FAILED, SyncStatus.INVALID, SyncStatus.PARTIAL}
+EXIT_CODES = {
+    SyncStatus.FAILED: 1,  # the cluster could not be read or written (unreachable, refused credentials)
+    SyncStatus.INVALID: 1,  # the compiled objects failed validation: nothing applied
+    SyncStatus.PARTIAL: 4,  # some objects were (or, with --dry-run, would be) refused, each says why; the rest applied
+    SyncStatus.DRIFT: 3,  # --drift found objects changed out of band (reported, not corrected)
+}
+"""0: in sync, applied, or (with --dry-run) changes to make; 2: bad arguments (Django's usage error)."""
 
 
 class Command(BaseCommand):
-    help = "Sync a cluster with the organisation tree: compile, validate, dry-run, apply (Kueue clusters)."
+    help = (
+        "Sync a cluster with the organisation tree: compile, validate, dry-run, apply (Kueue clusters). "
+        "Exit codes: 0 in sync or applied (or, with --dry-run, changes listed), 1 the cluster could not be "
+        "read or written or the compiled objects are invalid, 3 drift found (--drift, policy report), "
+        "4 some objects refused or not Allot's (each says why; the rest applied; with --dry-run: would be)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--cluster", required=True, help="cluster name, e.g. k8s-west")
@@ -39,5 +50,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"sync run {run.pk} of {cluster.name} ({run.mode}): {run.get_status_display()}. {summary}. {run.message}"
         )
-        if run.status in FAILED:
-            raise CommandError(f"sync of {cluster.name} did not succeed: {run.message}")
+        not_ours = run.counts.get(SyncOutcome.NOT_OURS.value, 0)
+        if not_ours:
+            self.stdout.write(f"note: {not_ours} object(s) with Allot's names are not Allot's and were left alone")
+        code = EXIT_CODES.get(SyncStatus(run.status), 0)
+        if code:
+            raise CommandError(f"sync of {cluster.name}: {run.get_status_display()} — {run.message}", returncode=code)
