@@ -3,12 +3,16 @@ and a Slurm cluster's accounts as files a site can load by hand."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 
-from quotas import selectors
-from quotas.models import Cluster, ClusterKind, SyncOutcome, SyncRun
+from quotas import selectors, services
+from quotas.access import is_platform_admin
+from quotas.errors import InputError
+from quotas.models import Cluster, ClusterKind, DriftPolicy, SyncOutcome, SyncRun
 from quotas.policy.slurm.render import qos_script, render_dump
 
 ATTENTION = [
@@ -24,10 +28,33 @@ SHOWN = 500
 
 @login_required
 def clusters(request: HttpRequest) -> HttpResponse:
+    """Every cluster with its last runs; platform admins change a cluster's connection, drift policy
+    and whether it is synced here (audited, with a reason; the same as PATCH /api/v1/clusters/NAME/)."""
+    if request.method == "POST":
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("platform admins change clusters")
+        cluster = get_object_or_404(Cluster, name=request.POST.get("cluster", ""))
+        fields = {
+            "connection_ref": request.POST.get("connection_ref", cluster.connection_ref).strip(),
+            "drift_policy": request.POST.get("drift_policy", cluster.drift_policy),
+            "enabled": request.POST.get("enabled") == "on",
+        }
+        try:
+            services.cluster_set(actor=request.user, reason=request.POST.get("reason", ""), name=cluster.name, **fields)
+        except InputError as exc:
+            messages.error(request, f"{cluster.name}: {exc}")
+        else:
+            messages.success(request, f"{cluster.name} saved.")
+        return redirect("quotas:clusters")
     return render(
         request,
         "quotas/clusters.html",
-        {"rows": selectors.clusters_overview(), "schedule": selectors.beat_schedule_overview()},
+        {
+            "rows": selectors.clusters_overview(),
+            "schedule": selectors.beat_schedule_overview(),
+            "admin": is_platform_admin(request.user),
+            "policies": DriftPolicy.choices,
+        },
     )
 
 

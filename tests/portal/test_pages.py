@@ -177,3 +177,23 @@ def test_the_requests_page_does_not_query_per_pending_request(demo):
     ask("llm-eval")
     ask("llm-eval")
     assert queries() == one  # three pending requests cost what one does
+
+
+def test_a_platform_admin_changes_a_clusters_settings_on_the_clusters_page(demo):
+    """Issue #15.9: only PATCH /api/v1/clusters/… could; now the page, audited, with a reason."""
+    from quotas.models import Cluster
+
+    admin = signed_in("admin")
+    assert "Change k8s-west's settings" in admin.get("/clusters/").content.decode()
+    assert "Change k8s-west" not in signed_in("viewer").get("/clusters/").content.decode()
+    assert signed_in("viewer").post("/clusters/", {"cluster": "k8s-west", "reason": "x"}).status_code == 403
+    form = {"cluster": "k8s-west", "connection_ref": "bogus", "drift_policy": "correct", "enabled": "on", "reason": "r"}
+    page = admin.post("/clusters/", form, follow=True).content.decode()
+    assert "is not a connection Allot can use" in page
+    assert Cluster.objects.get(name="k8s-west").drift_policy == "report"  # nothing saved
+    form["connection_ref"] = "in-cluster"
+    admin.post("/clusters/", form)
+    cluster = Cluster.objects.get(name="k8s-west")
+    assert (cluster.connection_ref, cluster.drift_policy) == ("in-cluster", "correct")
+    event = AuditEvent.objects.filter(action="cluster_set").latest("at")
+    assert event.reason == "r" and event.after["drift_policy"] == "correct"
