@@ -272,3 +272,19 @@ def test_the_command_says_what_happened_in_its_exit_code(demo, fake):
     with pytest.raises(CommandError) as would:
         call_command("allot_sync", "--cluster", "k8s-west", "--dry-run")  # the dry run says it would be refused
     assert would.value.returncode == 4
+
+
+def test_a_stop_policy_set_out_of_band_is_drift_and_correction_resets_it(demo, fake):
+    """Issue #15.2: `stopPolicy: HoldAndDrain` (which evicts every workload of the queue) was "in sync"."""
+    sync(demo, fake)
+    fake.kubectl_edit("ClusterQueue", "acme.research.speech", lambda o: o["spec"].update(stopPolicy="HoldAndDrain"))
+    run = sync(demo, fake, mode="drift_check")
+    [drift] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.DRIFT)
+    assert run.status == SyncStatus.DRIFT and drift.changes == [
+        {"path": "spec.stopPolicy", "desired": "None", "actual": "HoldAndDrain"}
+    ]
+    demo.drift_policy = DriftPolicy.CORRECT
+    demo.save()
+    assert sync(demo, fake, mode="drift_check").status == SyncStatus.APPLIED
+    assert fake.objects[("ClusterQueue", "", "acme.research.speech")]["spec"]["stopPolicy"] == "None"
+    assert sync(demo, fake, mode="drift_check").status == SyncStatus.IN_SYNC

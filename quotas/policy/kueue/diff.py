@@ -1,8 +1,9 @@
 """Desired vs actual Kueue objects, on the fields Allot owns; the plan a sync carries out.
 
 Allot owns what it sends: its labels and annotations (not the revision stamp), ``spec`` of the
-CRD kinds, and ``value``/``description`` of priority classes. Server defaults it never sent
-(``stopPolicy``, ``flavorFungibility`` …) are not compared. Quantities compare by value
+CRD kinds, and ``value``/``description`` of priority classes. Server defaults it never sent are
+compared only where they change admission (``ADMISSION_FIELDS``: ``stopPolicy``, admission checks,
+``flavorFungibility``): there a non-default value is drift. Quantities compare by value
 (``"1Ti"`` equals ``"1024Gi"``). A field that Allot owned on the server (its ``managedFields``
 entry) and no longer sends is reported as a removal: a server-side apply will drop it.
 """
@@ -18,6 +19,19 @@ from ..quantity import parse_decimal_quantity
 from .translate import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, object_key
 
 QUANTITY_FIELDS = {"nominalQuota", "borrowingLimit", "lendingLimit", "weight"}
+ADMISSION_FIELDS: dict[str, dict[str, Any]] = {
+    "ClusterQueue": {
+        "stopPolicy": "None",
+        "admissionChecks": None,
+        "admissionChecksStrategy": None,
+        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+    },
+    "LocalQueue": {"stopPolicy": "None"},
+}
+"""Fields Allot does not send but that change what gets admitted, with their neutral values (Kueue's
+defaults; None: absent). Set to anything else on one of Allot's objects, they are drift — a
+``stopPolicy: HoldAndDrain`` stops and evicts a whole queue — and correcting it sends the neutral
+value so Allot takes the field over."""
 MANAGER = "allot"
 Key = tuple[str, str, str]
 
@@ -69,16 +83,48 @@ def owned(obj: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def admission_drift(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> list[FieldChange]:
+    """Fields of ``ADMISSION_FIELDS`` that Allot does not send and someone set to a non-neutral value."""
+    neutral = ADMISSION_FIELDS.get(str(desired.get("kind")), {})
+    sent, found = desired.get("spec") or {}, actual.get("spec") or {}
+    changes = []
+    for field, value in neutral.items():
+        if field in sent:
+            continue
+        current = found.get(field)
+        if current in (None, [], {}) and value is None:
+            continue
+        if current is None or current == value:
+            continue
+        changes.append(FieldChange(f"spec.{field}", value, current))
+    return changes
+
+
+def with_neutral(desired: Mapping[str, Any], changes: Sequence[FieldChange]) -> dict[str, Any]:
+    """``desired`` carrying the neutral value of each admission field in ``changes`` that has one
+    (``stopPolicy``, ``flavorFungibility``), so an apply resets it. A field whose neutral state is
+    absence (admission checks) cannot be removed by an apply: it stays reported until removed."""
+    spec = dict(desired.get("spec") or {})
+    for change in changes:
+        if change.desired is not None:
+            spec[change.path.removeprefix("spec.")] = change.desired
+    return {**desired, "spec": spec}
+
+
 def diff_object(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> list[FieldChange]:
-    """Field-level differences on what Allot owns, in path order."""
-    changes: list[FieldChange] = []
+    """Field-level differences on what Allot owns, and on the admission fields it leaves at their
+    neutral values (``ADMISSION_FIELDS``), in path order."""
+    changes: list[FieldChange] = admission_drift(desired, actual)
     _compare(owned(desired), owned(actual), "", changes)
     desired_view = owned(desired)
+    neutral = ADMISSION_FIELDS.get(str(desired.get("kind")), {})
     for path in _managed_paths(actual):
         if path[0] == "metadata":
             continue
         present, _ = _lookup(desired_view, path)
         found, value = _lookup(actual, path)
+        if len(path) >= 2 and path[0] == "spec" and path[1] in neutral:
+            continue  # an admission field Allot once reset to neutral: compared by admission_drift above
         if not present and found:
             changes.append(FieldChange(".".join(path), None, value))
     return sorted({c.path: c for c in changes}.values(), key=lambda c: c.path)
@@ -160,8 +206,10 @@ def plan_sync(desired: Sequence[Mapping[str, Any]], actual: Mapping[Key, Mapping
             plans.append(ObjectPlan(*key, action=Action.CREATE, desired=obj))
         else:
             changes = tuple(diff_object(obj, current))
+            reset = [c for c in changes if c.path.removeprefix("spec.") in ADMISSION_FIELDS.get(key[0], {})]
+            body = with_neutral(obj, reset) if reset else obj
             plans.append(
-                ObjectPlan(*key, action=Action.UPDATE if changes else Action.UNCHANGED, changes=changes, desired=obj)
+                ObjectPlan(*key, action=Action.UPDATE if changes else Action.UNCHANGED, changes=changes, desired=body)
             )
     stale = [key for key in actual if key not in wanted]
     order = {kind: i for i, kind in enumerate(APPLY_ORDER)}

@@ -61,12 +61,22 @@ def test_a_field_allot_no_longer_sets_is_a_removal():
     assert (change.path, change.desired) == ("spec.namespaceSelector", None)
 
 
-def test_fields_of_other_managers_are_not_ours_to_diff():
+def test_fields_of_other_managers_are_not_ours_to_diff_unless_they_change_admission():
     obj = next(o for o in compile_kueue(*tree()) if o["kind"] == "ClusterQueue")
     back = as_server_returns(obj)
-    back["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "x"}]}
     back["metadata"]["labels"]["team"] = "someone-elses"
+    back["spec"]["stopPolicy"] = "None"  # Kueue's default: neutral
     assert diff_object(obj, back) == []
+    # issue #15.2: an admission check or a stop policy set out of band changes what gets admitted
+    back["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "x"}]}
+    back["spec"]["stopPolicy"] = "HoldAndDrain"
+    assert [(c.path, c.desired, c.actual) for c in diff_object(obj, back)] == [
+        ("spec.admissionChecksStrategy", None, {"admissionChecks": [{"name": "x"}]}),
+        ("spec.stopPolicy", "None", "HoldAndDrain"),
+    ]
+    (plan,) = [p for p in plan_sync([obj], {object_key(obj): back}) if p.action is Action.UPDATE]
+    assert plan.desired is not None and plan.desired["spec"]["stopPolicy"] == "None"  # an apply resets it
+    assert "admissionChecksStrategy" not in plan.desired["spec"]  # absent is neutral: reported, not applied
 
 
 def test_plan_creates_updates_keeps_and_deletes_in_order():
