@@ -183,8 +183,20 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
 
 
 def _skip_not_ours(run: _Run, client: KueueClient, plans: list[ObjectPlan]) -> list[ObjectPlan]:
+    """Leave alone objects with Allot's names that are not Allot's, and never point a LocalQueue at
+    such a ClusterQueue (issue #15.4: it would hand a namespace a foreign queue's quota)."""
     kept = []
+    foreign_queues: set[str] = set()
     for plan in plans:
+        target = ((plan.desired or {}).get("spec") or {}).get("clusterQueue") if plan.kind == "LocalQueue" else None
+        if target in foreign_queues and plan.action in (Action.CREATE, Action.UPDATE):
+            run.add(
+                plan.key,
+                SyncOutcome.NOT_OURS,
+                message=f"points at ClusterQueue {target}, which is not Allot's: not applied, so namespace "
+                f"{plan.namespace} gets no foreign quota — rename the unit or hand the ClusterQueue over",
+            )
+            continue
         if plan.action is Action.CREATE:
             existing = client.get(plan.kind, plan.name, plan.namespace)
             if existing is not None:
@@ -196,6 +208,8 @@ def _skip_not_ours(run: _Run, client: KueueClient, plans: list[ObjectPlan]) -> l
                     f"{', '.join(managers) or 'nobody'}); left alone — rename the unit or hand the "
                     f"object over by labelling it",
                 )
+                if plan.kind == "ClusterQueue":
+                    foreign_queues.add(plan.name)
                 continue
         kept.append(plan)
     return kept

@@ -153,9 +153,14 @@ def test_an_object_with_our_name_that_is_not_ours_is_left_alone(demo, fake):
         }
     )
     run = sync(demo, fake)
-    assert run.status == SyncStatus.PARTIAL and "1 object(s) failed" in run.message  # not "in sync" (#15.8)
-    [not_ours] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.NOT_OURS)
-    assert not_ours.name == "acme.research.rl" and "helm" in not_ours.message
+    assert run.status == SyncStatus.PARTIAL and "2 object(s) failed" in run.message  # not "in sync" (#15.8)
+    not_ours, queue = SyncObject.objects.filter(run=run, outcome=SyncOutcome.NOT_OURS).order_by("kind")
+    assert (not_ours.kind, not_ours.name) == ("ClusterQueue", "acme.research.rl") and "helm" in not_ours.message
+    # its LocalQueue is not pointed at the foreign queue (#15.4): that namespace gets no foreign quota
+    assert (
+        queue.kind == "LocalQueue" and "points at ClusterQueue acme.research.rl, which is not Allot's" in queue.message
+    )
+    assert ("LocalQueue", queue.namespace, queue.name) not in fake.objects
     assert fake.objects[("ClusterQueue", "", "acme.research.rl")]["spec"] == {
         "resourceGroups": [],
         "stopPolicy": "None",

@@ -134,11 +134,22 @@ def _compare(desired: Any, actual: Any, path: str, changes: list[FieldChange]) -
     if isinstance(desired, dict) and isinstance(actual, dict):
         for key, value in desired.items():
             _compare(value, actual.get(key), f"{path}.{key}" if path else key, changes)
+    elif _named(desired) and _named(actual) and {d["name"] for d in desired} == {a["name"] for a in actual}:
+        # lists of named items (flavors, resources): a reorder is an order change, not a quantity change
+        if [d["name"] for d in desired] != [a["name"] for a in actual]:
+            changes.append(FieldChange(f"{path} (order)", [d["name"] for d in desired], [a["name"] for a in actual]))
+        by_name = {a["name"]: a for a in actual}
+        for i, d in enumerate(desired):
+            _compare(d, by_name[d["name"]], f"{path}[{i}]", changes)
     elif isinstance(desired, list) and isinstance(actual, list) and len(desired) == len(actual):
         for i, (d, a) in enumerate(zip(desired, actual, strict=True)):
             _compare(d, a, f"{path}[{i}]", changes)
     elif not _equal(desired, actual, path):
         changes.append(FieldChange(path, desired, actual))
+
+
+def _named(items: Any) -> bool:
+    return isinstance(items, list) and bool(items) and all(isinstance(i, dict) and "name" in i for i in items)
 
 
 def _equal(desired: Any, actual: Any, path: str) -> bool:

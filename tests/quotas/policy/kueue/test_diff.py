@@ -120,3 +120,15 @@ def test_plan_against_what_a_real_server_returned(fixtures):
     changes = diff_object(exchange["request"]["body"], edited)
     assert [c.path for c in changes] == ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]
     assert (changes[0].desired, changes[0].actual) == ("32", "24")
+
+
+def test_a_reordered_resource_list_is_an_order_change_not_a_quantity_change():
+    """Issue #15.8: lists were compared by position, so a reorder showed as quantities changing."""
+    obj = next(o for o in compile_kueue(*tree()) if o["kind"] == "ClusterQueue")
+    back = as_server_returns(obj)
+    resources = back["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    resources.reverse()
+    names = [r["name"] for r in obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"]]
+    assert [(c.path, c.desired, c.actual) for c in diff_object(obj, back)] == [
+        ("spec.resourceGroups[0].flavors[0].resources (order)", names, list(reversed(names)))
+    ]
