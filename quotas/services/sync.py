@@ -49,7 +49,7 @@ from quotas.models import (
 from quotas.policy.kueue import compile_kueue, object_key
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
 from quotas.policy.kueue.schema import CrdSchemas
-from quotas.policy.kueue.translate import APPLY_ORDER, CompileError
+from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, CompileError
 from quotas.policy.kueue.usage import QueueUsage as QueueUsageLine
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
@@ -84,6 +84,7 @@ class _Run:
         self.run = run
         self.objects: list[SyncObject] = []
         self.usage: list[QueueUsageLine] | None = None
+        self.notes: list[str] = []
 
     def add(
         self,
@@ -156,7 +157,11 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     except CompileError as exc:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
-    actual = {object_key(obj): obj for kind in APPLY_ORDER for obj in client.list_managed(kind)}
+    listed = [obj for kind in APPLY_ORDER for obj in client.list_managed(kind)]
+    actual = {object_key(obj): obj for obj in listed if _cluster_label(obj) in (cluster.name, None)}
+    others = sorted({str(_cluster_label(obj)) for obj in listed if _cluster_label(obj) not in (cluster.name, None)})
+    if others:
+        run.notes.append(f"objects Allot compiled for {', '.join(others)} are on this API server too: left alone")
     run.usage = queue_usage(actual.values())
     problems = validate_objects(desired, crd_schemas(client), actual)
     if problems:
@@ -180,6 +185,13 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     if passed is None:
         return
     _apply(run, client, passed, force=force)
+
+
+def _cluster_label(obj: Mapping[str, Any]) -> str | None:
+    """Which of Allot's clusters an object was compiled for (issue #15.3: another cluster's objects
+    on the same API server — two clusters of one installation sharing it — are never ours to delete)."""
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CLUSTER)
+    return str(value) if value else None
 
 
 def _skip_not_ours(run: _Run, client: KueueClient, plans: list[ObjectPlan]) -> list[ObjectPlan]:
@@ -515,6 +527,8 @@ def _apply_slurm(run: _Run, runner: Sacctmgr, steps: list[SlurmStep]) -> None:
 def _record(run: _Run, actor: Actor) -> SyncRun:
     record = run.run
     record.finished_at = timezone.now()
+    if run.notes:
+        record.message = "; ".join([record.message, *run.notes]) if record.message else "; ".join(run.notes)
     counts: dict[str, int] = {}
     for obj in run.objects:
         counts[obj.outcome] = counts.get(obj.outcome, 0) + 1

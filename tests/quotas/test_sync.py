@@ -293,3 +293,23 @@ def test_a_stop_policy_set_out_of_band_is_drift_and_correction_resets_it(demo, f
     assert sync(demo, fake, mode="drift_check").status == SyncStatus.APPLIED
     assert fake.objects[("ClusterQueue", "", "acme.research.speech")]["spec"]["stopPolicy"] == "None"
     assert sync(demo, fake, mode="drift_check").status == SyncStatus.IN_SYNC
+
+
+def test_another_clusters_objects_on_the_same_api_server_are_never_deleted(demo, fake):
+    """Issue #15.3: a Cohort labelled for k8s-east appeared as would_delete in k8s-west's sync."""
+    sync(demo, fake)
+    east = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": {
+            "name": "acme.east-only",
+            "labels": {"app.kubernetes.io/managed-by": "allot", "allot.dev/cluster": "k8s-east"},
+        },
+        "spec": {},
+    }
+    fake.objects[("Cohort", "", "acme.east-only")] = fake._stored(east, "allot")
+    for mode in ("dry_run", "apply"):
+        run = sync(demo, fake, mode=mode)
+        assert not SyncObject.objects.filter(run=run, name="acme.east-only").exists()
+        assert "objects Allot compiled for k8s-east are on this API server too: left alone" in run.message
+    assert ("Cohort", "", "acme.east-only") in fake.objects
