@@ -112,3 +112,35 @@ def test_bad_imports_change_nothing(tmp_path):
     call_command("allot_import_kueue", from_dir=DOCS, cluster="docs")
     with pytest.raises(CommandError, match="exists already"):
         call_command("allot_import_kueue", from_dir=DOCS, cluster="docs")
+
+
+def test_settings_the_import_cannot_carry_are_listed_and_need_accepting(tmp_path, capsys):
+    """Issue #15.7: taints, StrictFIFO, selectors, unlimited borrowing and tier limits changed silently."""
+    setup = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"},
+         "spec": {"nodeLabels": {"gpu": "a100"}, "nodeTaints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "org"}, "spec": {}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team"},
+         "spec": {"cohortName": "org", "queueingStrategy": "StrictFIFO", "namespaceSelector": {},
+                  "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                      {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team", "namespace": "ml"},
+         "spec": {"clusterQueue": "team"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "allot-p2"},
+         "value": 200},
+    ]  # fmt: skip
+    (tmp_path / "setup.yaml").write_text(yaml.safe_dump_all(setup))
+    with pytest.raises(CommandError, match=r"5 setting\(s\) above would change meaning"):
+        call_command("allot_import_kueue", from_dir=tmp_path, cluster="hand")
+    said = capsys.readouterr().out
+    for words in (
+        "ResourceFlavor a100: nodeTaints not imported",
+        "ClusterQueue team: queueingStrategy StrictFIFO becomes BestEffortFIFO",
+        "ClusterQueue team: namespaceSelector {} (every namespace) becomes the namespaces of its LocalQueues (ml)",
+        "ClusterQueue team: a100/nvidia.com/gpu may borrow without limit in Kueue",
+        "WorkloadPriorityClass allot-p2: imported as tier P2 with its value only",
+    ):
+        assert f"would change: {words}" in said, words
+    assert not OrgUnit.objects.exists()  # nothing imported until accepted
+    call_command("allot_import_kueue", from_dir=tmp_path, cluster="hand", accept_notes=True)
+    assert "imported 2 units" in capsys.readouterr().out and OrgUnit.objects.filter(kueue_name="team").exists()

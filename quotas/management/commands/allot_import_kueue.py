@@ -10,6 +10,7 @@ from quotas import services
 from quotas.errors import InputError
 from quotas.integrations.kubernetes import PLURALS, ClusterCallError, KueueClient, api_client_for
 from quotas.models import Cluster, ClusterKind
+from quotas.policy.kueue.importer import read_kueue
 from quotas.policy.violations import PolicyViolationError
 from quotas.services.kueue_import import kueue_import
 
@@ -27,6 +28,11 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", required=True, help="the Allot cluster to import into (created if new)")
         parser.add_argument("--connection-ref", default="", help="for a new cluster: kubeconfig:/path, in-cluster …")
         parser.add_argument("--reason", default="adopted from an existing Kueue setup")
+        parser.add_argument(
+            "--accept-notes",
+            action="store_true",
+            help="import although some settings cannot be carried over (each is listed as a note first)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         cluster = Cluster.objects.filter(name=options["cluster"]).first()
@@ -39,6 +45,14 @@ class Command(BaseCommand):
                 connection_ref=options["connection_ref"],
             )
         objects = self._from_dir(options["from_dir"]) if options["from_dir"] else self._from_cluster(cluster)
+        losses = read_kueue(objects).losses
+        if losses and not options["accept_notes"]:
+            for loss in losses:
+                self.stdout.write(f"would change: {loss}")
+            raise CommandError(
+                f"{len(losses)} setting(s) above would change meaning or be lost on import; nothing was imported. "
+                f"Read them, then run again with --accept-notes (or change the objects first)."
+            )
         try:
             result = kueue_import(actor=None, reason=options["reason"], cluster=cluster, objects=objects)
         except InputError as exc:

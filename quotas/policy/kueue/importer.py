@@ -53,6 +53,9 @@ class ImportPlan:
     tiers: dict[str, tuple[int, str]] = field(default_factory=dict)
     contracts: dict[str, tuple[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
+    """Settings the import cannot carry over, which would change what gets admitted: an operator
+    accepts them before importing (they are in ``notes`` too)."""
 
     def top_down(self) -> list[ImportedUnit]:
         order: list[ImportedUnit] = []
@@ -80,6 +83,14 @@ def read_kueue(objects: Iterable[Mapping[str, Any]]) -> ImportPlan:
             "node_labels": dict(spec.get("nodeLabels") or {}),
             "tolerations": list(spec.get("tolerations") or []),
         }
+        if spec.get("nodeTaints") or spec.get("topologyName"):
+            lost = [k for k in ("nodeTaints", "topologyName") if spec.get(k)]
+            _loss(
+                plan,
+                f"ResourceFlavor {flavor['metadata']['name']}: {' and '.join(lost)} not imported (Allot's flavors "
+                f"carry node labels and tolerations only); the next sync removes them — re-create them on the "
+                f"nodes' taints, or keep this flavor out of Allot",
+            )
     cohorts = {c["metadata"]["name"]: c for c in by_kind.get("Cohort", [])}
     queues = {q["metadata"]["name"]: q for q in by_kind.get("ClusterQueue", [])}
     _flavor_order(plan, [*queues.values(), *cohorts.values()])
@@ -87,16 +98,67 @@ def read_kueue(objects: Iterable[Mapping[str, Any]]) -> ImportPlan:
     _queue_units(plan, cohorts, queues)
     _namespaces(plan, by_kind.get("LocalQueue", []), queues, cohorts)
     _cohort_guarantees(plan)
+    _meaning_notes(plan, queues, by_kind.get("LocalQueue", []))
     for wpc in by_kind.get("WorkloadPriorityClass", []):
         match = _TIER.match(wpc["metadata"]["name"])
         if match:
             plan.tiers[f"P{match[1]}"] = (int(wpc.get("value", 0)), str(wpc.get("description") or ""))
+            _loss(
+                plan,
+                f"WorkloadPriorityClass {wpc['metadata']['name']}: imported as tier P{match[1]} with its value only; "
+                f"a tier's runtime limit, its opportunistic flag (checkpoints required) and who may use it are not "
+                f"in Kueue — set them on the tier and the units before admission relies on them",
+            )
         else:
             plan.notes.append(
                 f"WorkloadPriorityClass {wpc['metadata']['name']} not imported: Allot's tiers are "
                 f"P0–P9 (create the tier, then map your workloads to allot-pN)"
             )
     return plan
+
+
+def _loss(plan: ImportPlan, text: str) -> None:
+    plan.notes.append(text)
+    plan.losses.append(text)
+
+
+def _meaning_notes(plan: ImportPlan, queues: Mapping[str, Any], local_queues: Iterable[Mapping[str, Any]]) -> None:
+    """Every setting the import cannot carry into Allot's model, per object (issue #15.7): never a
+    silent change of meaning. The operator reads them before applying (``--accept-notes``)."""
+    namespaces: dict[str, set[str]] = {}
+    for lq in local_queues:
+        queue = (lq.get("spec") or {}).get("clusterQueue")
+        namespaces.setdefault(str(queue), set()).add(str((lq.get("metadata") or {}).get("namespace")))
+    for name in sorted(queues):
+        spec = queues[name].get("spec") or {}
+        strategy = spec.get("queueingStrategy", "BestEffortFIFO")
+        if strategy != "BestEffortFIFO":
+            _loss(
+                plan,
+                f"ClusterQueue {name}: queueingStrategy {strategy} becomes BestEffortFIFO (Allot's queues let a "
+                f"workload that fits go ahead of one that does not)",
+            )
+        selector = spec.get("namespaceSelector")
+        labels = selector.get("matchLabels") if isinstance(selector, dict) else None
+        own = namespaces.get(name, set())
+        exact = labels == {"kubernetes.io/metadata.name": next(iter(own))} if len(own) == 1 else False
+        if selector == {} or (labels and not exact):
+            what = "{} (every namespace)" if selector == {} else f"matchLabels {labels}"
+            _loss(
+                plan,
+                f"ClusterQueue {name}: namespaceSelector {what} becomes the namespaces of its LocalQueues "
+                f"({', '.join(sorted(own)) or 'none'}): a namespace that only matched the selector loses the queue",
+            )
+        if spec.get("cohortName"):
+            for group in spec.get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    for entry in flavor.get("resources") or []:
+                        if "borrowingLimit" not in entry:
+                            _loss(
+                                plan,
+                                f"ClusterQueue {name}: {flavor.get('name')}/{entry.get('name')} may borrow without "
+                                f"limit in Kueue; in Allot borrowing is bounded by the burst of every unit above",
+                            )
 
 
 def _flavor_order(plan: ImportPlan, objects: list[Mapping[str, Any]]) -> None:
