@@ -118,7 +118,7 @@ def test_settings_the_import_cannot_carry_are_listed_and_need_accepting(tmp_path
     """Issue #15.7: taints, StrictFIFO, selectors, unlimited borrowing and tier limits changed silently."""
     setup = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a100"},
-         "spec": {"nodeLabels": {"gpu": "a100"}, "nodeTaints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]}},
+         "spec": {"nodeLabels": {"gpu": "a100"}, "nodeTaints": [{"key": "gpu", "effect": "NoSchedule"}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "org"}, "spec": {}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team"},
          "spec": {"cohortName": "org", "queueingStrategy": "StrictFIFO", "namespaceSelector": {},
