@@ -49,7 +49,7 @@ from quotas.models import (
 from quotas.policy.kueue import compile_kueue, object_key
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
 from quotas.policy.kueue.schema import CrdSchemas
-from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, CompileError
+from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
 from quotas.policy.kueue.usage import QueueUsage as QueueUsageLine
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
@@ -157,6 +157,7 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     except CompileError as exc:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
+    desired = _keep_foreign_local_queues(run, client, desired)
     listed = [obj for kind in APPLY_ORDER for obj in client.list_managed(kind)]
     actual = {object_key(obj): obj for obj in listed if _cluster_label(obj) in (cluster.name, None)}
     others = sorted({str(_cluster_label(obj)) for obj in listed if _cluster_label(obj) not in (cluster.name, None)})
@@ -185,6 +186,38 @@ def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     if passed is None:
         return
     _apply(run, client, passed, force=force)
+
+
+def _keep_foreign_local_queues(run: _Run, client: KueueClient, desired: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A LocalQueue Allot does not own that points at one of Allot's ClusterQueues (left by an import,
+    or made by hand) keeps working: its namespace stays in the queue's namespaceSelector, and the
+    run says so (issue #15.7: the next sync stripped it, and that namespace lost its queue)."""
+    queues = {o["metadata"]["name"]: o for o in desired if o.get("kind") == "ClusterQueue"}
+    extra: dict[str, set[str]] = {}
+    for lq in client.list_all("LocalQueue"):
+        meta = lq.get("metadata") or {}
+        if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == "allot":
+            continue
+        target = str((lq.get("spec") or {}).get("clusterQueue") or "")
+        if target in queues and meta.get("namespace"):
+            extra.setdefault(target, set()).add(str(meta["namespace"]))
+    out = []
+    for obj in desired:
+        name = obj["metadata"]["name"]
+        if obj.get("kind") == "ClusterQueue" and name in extra:
+            spec = dict(obj["spec"])
+            current = ((spec.get("namespaceSelector") or {}).get("matchExpressions") or [{}])[0].get("values") or []
+            values = sorted({*current, *extra[name]})
+            spec["namespaceSelector"] = {
+                "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "In", "values": values}]
+            }
+            obj = {**obj, "spec": spec}
+            run.notes.append(
+                f"ClusterQueue {name} keeps namespace(s) {', '.join(sorted(extra[name]))} of LocalQueues Allot does "
+                f"not own: bind them to the unit in Allot to make them Allot's"
+            )
+        out.append(obj)
+    return out
 
 
 def _cluster_label(obj: Mapping[str, Any]) -> str | None:

@@ -313,3 +313,22 @@ def test_another_clusters_objects_on_the_same_api_server_are_never_deleted(demo,
         assert not SyncObject.objects.filter(run=run, name="acme.east-only").exists()
         assert "objects Allot compiled for k8s-east are on this API server too: left alone" in run.message
     assert ("Cohort", "", "acme.east-only") in fake.objects
+
+
+def test_a_local_queue_allot_does_not_own_keeps_its_namespace_in_the_queues_selector(demo, fake):
+    """Issue #15.7: after an import, a foreign LocalQueue made the next sync strip the ClusterQueue's
+    namespaceSelector, and that namespace lost its queue."""
+    fake.put_unmanaged(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "legacy", "namespace": "legacy-ml"},
+            "spec": {"clusterQueue": "acme.research.rl"},
+        }
+    )
+    run = sync(demo, fake)
+    assert run.status == SyncStatus.APPLIED
+    assert "ClusterQueue acme.research.rl keeps namespace(s) legacy-ml of LocalQueues Allot does not own" in run.message
+    selector = fake.objects[("ClusterQueue", "", "acme.research.rl")]["spec"]["namespaceSelector"]
+    assert "legacy-ml" in selector["matchExpressions"][0]["values"]
+    assert sync(demo, fake).status == SyncStatus.IN_SYNC  # stable: kept every time, not flapping
