@@ -263,8 +263,8 @@ class Finding(models.Model):
 
 
 class Review(models.Model):
-    """A monthly governance review of an organisation or department: its files (path under
-    ALLOT_REVIEWS_DIR → SHA-256), the summary and the recommendations (each with the change request
+    """A monthly governance review of an organisation or department: its files (name → SHA-256; the
+    bytes are ``ReviewFile`` rows), the summary and the recommendations (each with the change request
     it became, once accepted). One per unit and month: a rebuild replaces it."""
 
     unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="reviews")
@@ -280,3 +280,20 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.unit_id} {self.month}"
+
+
+class ReviewFile(models.Model):
+    """One file of a review, kept in the database (so any web process serves it; no shared disk)."""
+
+    review = models.ForeignKey(Review, on_delete=models.CASCADE, related_name="stored_files")
+    name = models.CharField(max_length=300, help_text="e.g. review-acme-2020-05.pdf or …-csv/units.csv")
+    content = models.BinaryField()
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["review", "name"], name="review_file_once")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -10,12 +10,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, F, Max, Q
 from django.db.models.functions import TruncMonth
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
-from accounting.models import Finding, FindingState, Review, SourceRun, SourceStatus, UsageHour
+from accounting.models import Finding, FindingState, Review, ReviewFile, SourceRun, SourceStatus, UsageHour
 from accounting.selectors import fairness_report, showback_period, showback_report
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept
@@ -226,14 +226,19 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
 
 
 @login_required
-def review_file(request: HttpRequest, review_id: int, name: str) -> FileResponse:
-    """A review's file, as stored (its SHA-256 in the ``Digest`` header)."""
-    review = get_object_or_404(Review, pk=review_id)
-    if name not in review.files:
-        raise Http404(f"review #{review.pk} has no file {name}")
-    path = Path(settings.ALLOT_REVIEWS_DIR) / name
-    if not path.is_file():
-        raise Http404(f"{name} is no longer on disk: rebuild the review")
-    response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
-    response["Digest"] = f"sha-256={review.files[name]}"
+def review_file(request: HttpRequest, review_id: int, name: str) -> HttpResponse:
+    """A review's file as stored, its SHA-256 in the ``Digest`` header."""
+    stored = ReviewFile.objects.filter(review_id=review_id, name=name).first()
+    if stored is None:
+        raise Http404(f"review #{review_id} has no file {name}")
+    kind = (
+        "application/pdf"
+        if name.endswith(".pdf")
+        else "text/csv"
+        if name.endswith(".csv")
+        else ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+    )
+    response = HttpResponse(bytes(stored.content), content_type=kind)
+    response["Content-Disposition"] = f'attachment; filename="{Path(name).name}"'
+    response["Digest"] = f"sha-256={stored.sha256}"
     return response

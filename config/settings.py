@@ -230,8 +230,7 @@ ALLOT_FINDINGS_THRESHOLDS = {
     if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
 }
 ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
-# Monthly governance reviews: where their files are kept (beat builds last month's on the 1st).
-ALLOT_REVIEWS_DIR = Path(env_str("ALLOT_REVIEWS_DIR", str(VAR_DIR / "reviews")))
+# Monthly governance reviews: beat builds last month's on the 1st; their files are kept in the database.
 # ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
 

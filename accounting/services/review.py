@@ -29,7 +29,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Count, F, Q, Sum
@@ -511,24 +510,19 @@ def review_files(data: ReviewData, folder: Path, formats: tuple[str, ...] = FORM
     return written
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def review_generate(*, unit: OrgUnit, month: str, formats: tuple[str, ...] = FORMATS) -> Any:
-    """Build and store the review of ``unit`` for ``month``: the files under ALLOT_REVIEWS_DIR with
-    their checksums, one ``Review`` row per unit and month (a rerun replaces it). Mails the unit's
-    leads the link."""
-    from accounting.models import Review
+    """Build and store the review of ``unit`` for ``month``: its files in the database with their
+    checksums (any web process serves them), one ``Review`` row per unit and month (a rerun replaces
+    it and its files). Mails the unit's leads the link."""
+    import tempfile
+
+    from accounting.models import Review, ReviewFile
 
     data = review_data(unit, month)
-    folder = Path(settings.ALLOT_REVIEWS_DIR) / unit.path.replace("/", "-") / month
-    written = review_files(data, folder, formats)
-    files = {str(p.relative_to(settings.ALLOT_REVIEWS_DIR)): sha256(p) for p in written}
+    with tempfile.TemporaryDirectory(prefix="allot-review-") as tmp:
+        written = review_files(data, Path(tmp), formats)
+        stored = {str(p.relative_to(tmp)): p.read_bytes() for p in written}
+    files = {name: hashlib.sha256(content).hexdigest() for name, content in stored.items()}
     with transaction.atomic():
         review, _ = Review.objects.update_or_create(
             unit=unit,
@@ -539,6 +533,13 @@ def review_generate(*, unit: OrgUnit, month: str, formats: tuple[str, ...] = FOR
                 "summary": data.summary,
                 "recommendations": data.tables["recommendations"],
             },
+        )
+        ReviewFile.objects.filter(review=review).delete()
+        ReviewFile.objects.bulk_create(
+            [
+                ReviewFile(review=review, name=name, content=content, sha256=files[name], size=len(content))
+                for name, content in sorted(stored.items())
+            ]
         )
         emails = sorted({u.email for u in unit.leads.all() if u.email})
         if emails:

@@ -29,7 +29,6 @@ PDF = pytest.mark.skipif(not shutil.which("pdftotext"), reason="needs poppler-ut
 @pytest.fixture
 def month(org, settings, tmp_path):
     """November 2026, every hour: nlp holds 1 of its 30, ops wants 40 of its 30, vision borrows 5."""
-    settings.ALLOT_REVIEWS_DIR = tmp_path / "reviews"
     start = datetime(2026, 11, 1, tzinfo=UTC)
     rows = []
     for i in range(30 * 24):
@@ -100,10 +99,14 @@ def test_every_format_reads_back_and_is_stored_with_checksums(org, month, tmp_pa
     org.acme.leads.add(lead)
     with django_capture_on_commit_callbacks(execute=True):
         review = review_generate(unit=org.acme, month=month)
-    root = Path(org.acme.pk and review.files and tmp_path / "reviews")
-    assert len(review.files) == len(COLUMNS) + 2
+    stored = {f.name: bytes(f.content) for f in review.stored_files.all()}
+    assert set(stored) == set(review.files) and len(review.files) == len(COLUMNS) + 2
     for name, digest in review.files.items():
-        assert hashlib.sha256((root / name).read_bytes()).hexdigest() == digest
+        assert hashlib.sha256(stored[name]).hexdigest() == digest
+    root = tmp_path / "read"
+    for name, content in stored.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(content)
     csvs = {Path(n).stem: root / n for n in review.files if n.endswith(".csv")}
     for table, columns in COLUMNS.items():
         with csvs[table].open() as f:
@@ -180,7 +183,6 @@ def test_build_from_the_api_accept_from_the_page(org, month, admin_client, monke
 def test_beat_builds_last_months_review_of_every_organisation_and_department(org, settings, tmp_path):
     from accounting.tasks import build_reviews
 
-    settings.ALLOT_REVIEWS_DIR = tmp_path
     built = build_reviews("2026-10")
     assert sorted(Review.objects.values_list("unit__path", flat=True)) == ["acme", "acme/ops", "acme/research"]
     assert len(built) == 3 and all(r.summary["units"] == 0 for r in Review.objects.all())  # no data: says so, no crash
