@@ -237,20 +237,32 @@ def _fold(
         if tracks.get(uid) != track:
             tracks[uid] = track
             changed.add(uid)
+    if not changed:
+        return
+    maps = _Maps(
+        dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id")),
+        {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)},
+    )  # once per batch, not per Workload
     for uid in sorted(changed):
-        _write(cluster, run, records.get(uid), tracks[uid], tally)
+        _write(cluster, run, records.get(uid), tracks[uid], tally, maps)
     tally.add("workloads", len(changed))
 
 
+@dataclass(frozen=True)
+class _Maps:
+    units: dict[str, int]
+    """Namespace → the unit it is bound to."""
+    flavors: dict[str, ResourceFlavor]
+
+
 def _write(
-    cluster: Cluster, run: SourceRun, record: WorkloadRecord | None, track: WorkloadTrack, tally: _Tally
+    cluster: Cluster, run: SourceRun, record: WorkloadRecord | None, track: WorkloadTrack, tally: _Tally, maps: _Maps
 ) -> None:
-    binding = NamespaceBinding.objects.filter(cluster=cluster, namespace=track.namespace).values("unit_id").first()
-    unit_id = binding["unit_id"] if binding else None
+    unit_id = maps.units.get(track.namespace)
     if unit_id is None:
         tally.add("unresolved_namespace")
         tally.unresolved.add(track.namespace)
-    flavor = ResourceFlavor.objects.filter(cluster=cluster, name=track.flavor).first() if track.flavor else None
+    flavor = maps.flavors.get(track.flavor) if track.flavor else None
     if track.devices and track.flavor and flavor is None:
         tally.add("unresolved_flavor")
     record = record or WorkloadRecord(cluster=cluster, scheduler_id=track.uid)
