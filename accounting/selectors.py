@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -13,8 +14,8 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 
 from accounting.models import Allocation, UsageHour, UsageSample, WorkloadRecord
-from accounting.policy.showback import FlavorPeriod, SharedCost, Showback, UnitUsage, roll_up, showback
-from quotas.models import OrgUnit, ResourceFlavor
+from accounting.policy.showback import FlavorPeriod, SharedCost, Showback, UnitUsage, children_sums, roll_up, showback
+from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.selectors import subtree
 
 GROUPS = {
@@ -201,6 +202,65 @@ def showback_period(month: str = "", day: str = "") -> ShowbackPeriod:
     return ShowbackPeriod(start, (start + timedelta(days=32)).replace(day=1), month)
 
 
+@dataclass(frozen=True)
+class UnitFlavorUsage:
+    """Every unit × flavor of some hourly rows, summed in one query, with what the callers ask of it
+    (showback, the detectors, the review): the units and flavors named, today's GPU quotas, and each
+    unit's own guarantee-hours (its children's taken out)."""
+
+    totals: dict[tuple[int, int], dict[str, Any]]
+    units: dict[int, OrgUnit]
+    flavors: dict[int, ResourceFlavor]
+    quotas: dict[tuple[int, int], Quota]
+
+    def own_guarantee_h(self, unit: int, flavor: int) -> float:
+        return max(0.0, (self.totals[(unit, flavor)]["g"] or 0) - self._children_h.get((unit, flavor), 0.0))
+
+    def children_guarantee(self, unit: int, flavor: int) -> int:
+        return self._children_q.get((unit, flavor), 0)
+
+    @cached_property
+    def _children_h(self) -> dict[tuple[int, int], float]:
+        parents = {uid: u.parent_id for uid, u in self.units.items()}
+        return children_sums({k: r["g"] or 0.0 for k, r in self.totals.items()}, parents)
+
+    @cached_property
+    def _children_q(self) -> dict[tuple[int, int], int]:
+        """Today's guarantees of every active child, with usage or not (one query, when asked)."""
+        rows = (
+            Quota.objects.filter(resource="nvidia.com/gpu", flavor__in=self.flavors, unit__parent__in=self.units)
+            .filter(unit__archived_at__isnull=True)
+            .values("unit__parent_id", "flavor_id")
+            .annotate(g=Sum("guarantee"))
+        )
+        return {(r["unit__parent_id"] or 0, r["flavor_id"]): int(r["g"] or 0) for r in rows}
+
+
+def unit_flavor_usage(rows: QuerySet[UsageHour], *, with_units: Iterable[int] = ()) -> UnitFlavorUsage:
+    """Sums per unit × flavor of ``rows`` (one query) and the units (plus ``with_units``), flavors and
+    GPU quotas they name (three more)."""
+    totals: dict[tuple[int, int], dict[str, Any]] = {
+        (r["unit_id"], r["flavor_id"]): dict(r)
+        for r in rows.values("unit_id", "flavor_id").annotate(
+            g=Sum("guarantee"), a=Sum("allocated"), w=Sum("within"), b=Sum("borrowed"), lent_h=Sum("lent"),
+            p=Sum("pending"), act=Sum("active"), prod=Sum("productive"),
+            est=Count("id", filter=Q(productive_estimated=True)),
+            hours=Count("id", filter=Q(minutes__gt=0)),
+            above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
+        )
+    }  # fmt: skip
+    ids = {u for u, _ in totals} | set(with_units)
+    units = {
+        u.pk: u for u in OrgUnit.objects.filter(pk__in=ids).only("id", "path", "parent_id", "depth", "archived_at")
+    }
+    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={f for _, f in totals})}
+    quotas = {
+        (q.unit_id, q.flavor_id): q
+        for q in Quota.objects.filter(resource="nvidia.com/gpu", flavor__in=flavors, unit__in=units)
+    }
+    return UnitFlavorUsage(totals, units, flavors, quotas)
+
+
 def shared_cost_rule(within: str) -> SharedCost:
     """The organisation's rule for shared cost (ALLOT_SHOWBACK_SHARED_COST: ``org=rule`` pairs, and a
     bare rule as the default)."""
@@ -214,26 +274,14 @@ def showback_for(period: ShowbackPeriod, *, rule: SharedCost) -> tuple[Showback,
     queries, whatever the number of units), and the units and flavors it names (id → fields,
     archived units included: their history stays)."""
     rows = UsageHour.objects.filter(hour__gte=period.start, hour__lt=period.end)
-    totals = {
-        (r["unit_id"], r["flavor_id"]): r
-        for r in rows.values("unit_id", "flavor_id").annotate(
-            g=Sum("guarantee"), w=Sum("within"), b=Sum("borrowed"), lent_h=Sum("lent")
-        )
-    }
+    found = unit_flavor_usage(rows, with_units=_ancestors(rows.values("unit_id")))
     units: dict[int, dict[str, Any]] = {
-        u["id"]: dict(u)
-        for u in OrgUnit.objects.filter(id__in={u for u, _ in totals} | _ancestors(totals)).values(
-            "id", "parent_id", "path", "depth", "archived_at"
-        )
+        uid: {"id": uid, "parent_id": u.parent_id, "path": u.path, "depth": u.depth, "archived_at": u.archived_at}
+        for uid, u in found.units.items()
     }
-    children_g: dict[tuple[int, int], float] = {}
-    for (unit, flavor), r in totals.items():
-        parent = units[unit]["parent_id"]
-        if parent is not None:
-            children_g[(parent, flavor)] = children_g.get((parent, flavor), 0.0) + r["g"]
     usage = [
-        UnitUsage(unit, flavor, max(0.0, r["g"] - children_g.get((unit, flavor), 0.0)), r["w"], r["b"], r["lent_h"])
-        for (unit, flavor), r in totals.items()
+        UnitUsage(unit, flavor, found.own_guarantee_h(unit, flavor), r["w"], r["b"], r["lent_h"])
+        for (unit, flavor), r in found.totals.items()
     ]
     covered: dict[int, float] = {}
     for flavor, minutes in rows.values("flavor_id", "hour").annotate(m=Max("minutes")).values_list("flavor_id", "m"):
@@ -262,9 +310,9 @@ def showback_for(period: ShowbackPeriod, *, rule: SharedCost) -> tuple[Showback,
     return showback(usage, periods, rule), names
 
 
-def _ancestors(pairs: Iterable[tuple[int, int]]) -> set[int]:
-    """Every ancestor of the units in ``pairs`` (by path prefix, one query)."""
-    paths = OrgUnit.objects.filter(id__in={u for u, _ in pairs}).values_list("path", flat=True)
+def _ancestors(unit_ids: QuerySet[Any]) -> set[int]:
+    """Every ancestor of the units ``unit_ids`` selects (by path prefix, two queries)."""
+    paths = OrgUnit.objects.filter(id__in=unit_ids).values_list("path", flat=True)
     prefixes = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
     return set(OrgUnit.objects.filter(path__in=prefixes).values_list("id", flat=True))
 

@@ -249,3 +249,16 @@ def _add(a: Line, b: Line, unit: int) -> Line:
         idle_cost=money(a.idle_cost, b.idle_cost),
         lent_credit=money(a.lent_credit, b.lent_credit),
     )
+
+
+def children_sums(
+    values: Mapping[tuple[int, int], float], parent_of: Mapping[int, int | None]
+) -> dict[tuple[int, int], float]:
+    """Per (unit, flavor), the sum of its children's values: what a unit's guarantee hands down, so
+    that its *own* guarantee is its guarantee less this (DESIGN promise 1)."""
+    sums: dict[tuple[int, int], float] = {}
+    for (unit, flavor), value in values.items():
+        parent = parent_of.get(unit)
+        if parent is not None:
+            sums[(parent, flavor)] = sums.get((parent, flavor), 0.0) + value
+    return sums

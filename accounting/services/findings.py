@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Count, F, Max, Q, Sum
+from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
@@ -41,6 +41,7 @@ from accounting.policy.findings import (
     stuck_reservations,
     zombie_allocations,
 )
+from accounting.selectors import unit_flavor_usage
 from quotas.access import Viewer, signed_in
 from quotas.errors import InputError
 from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
@@ -132,39 +133,14 @@ def unit_windows(start: datetime, end: datetime, th: Thresholds, prices: dict[in
     """Every unit × flavor with usage in [start, end), totals in one aggregate query; percentiles,
     other units' waiting hours and the daily chart only for the candidates of a detector."""
     rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
-    totals = {
-        (r["unit_id"], r["flavor_id"]): r
-        for r in rows.values("unit_id", "flavor_id").annotate(
-            g=Sum("guarantee"), w=Sum("within"), b=Sum("borrowed"), lent_h=Sum("lent"), p=Sum("pending"),
-            hours=Count("id", filter=Q(minutes__gt=0)),
-            above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
-        )
-    }  # fmt: skip
+    found = unit_flavor_usage(rows)
+    totals, units, flavors = found.totals, found.units, found.flavors
     if not totals:
         return []
-    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={u for u, _ in totals}).only("id", "path", "parent_id")}
-    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={f for _, f in totals})}
-    quotas: dict[tuple[int, int], dict[str, Any]] = {
-        (q["unit_id"], q["flavor_id"]): dict(q)
-        for q in Quota.objects.filter(resource=GPU, flavor__in=flavors).values(
-            "unit_id", "flavor_id", "guarantee", "lendable"
-        )
-    }
-    parent = {u.pk: u.parent_id for u in OrgUnit.objects.filter(pk__in={q[0] for q in quotas}).only("id", "parent_id")}
-    children: dict[tuple[int, int], int] = defaultdict(int)
-    children_h: dict[tuple[int, int], float] = defaultdict(float)
-    for (unit, flavor), q in quotas.items():
-        above = parent.get(unit)
-        if above is not None:
-            children[(above, flavor)] += q["guarantee"]
-    for (unit, flavor), r in totals.items():
-        above = units[unit].parent_id
-        if above is not None:
-            children_h[(above, flavor)] += r["g"] or 0
     expected = _hours(start, end)
     candidates = []
     for (unit, flavor), r in totals.items():
-        own = max(0.0, (r["g"] or 0) - children_h[(unit, flavor)])
+        own = found.own_guarantee_h(unit, flavor)
         low = own > 0 and r["w"] < th.idle_used_below * own
         busy = r["hours"] and r["above"] >= th.demand_share_above * r["hours"]
         if low or busy:
@@ -174,12 +150,13 @@ def unit_windows(start: datetime, end: datetime, th: Thresholds, prices: dict[in
     for unit, flavor, own in candidates:
         r = totals[(unit, flavor)]
         p95_held, p95_demand, waiting = detail["stats"].get((unit, flavor), (0.0, 0.0, 0))
-        q = quotas.get((unit, flavor), {"guarantee": 0, "lendable": 0})
+        q = found.quotas.get((unit, flavor))
         f = flavors[flavor]
         windows.append(
             UnitWindow(
                 unit=unit, flavor=flavor, path=units[unit].path, flavor_key=f"{f.cluster.name}/{f.name}",
-                guarantee=q["guarantee"], lendable=q["lendable"], children_guarantee=children[(unit, flavor)],
+                guarantee=q.guarantee if q else 0, lendable=q.lendable if q else 0,
+                children_guarantee=found.children_guarantee(unit, flavor),
                 guarantee_h=own, within_h=r["w"] or 0, borrowed_h=r["b"] or 0, lent_h=r["lent_h"] or 0,
                 pending_h=r["p"] or 0, hours=r["hours"], expected_hours=expected, hours_demand_above=r["above"],
                 p95_held=p95_held, p95_demand=p95_demand, others_waiting_hours=waiting,

@@ -31,15 +31,15 @@ from typing import Any
 
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Q, Sum
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounting.models import Finding, SourceRun, UsageHour
 from accounting.policy.review import UnitMonth, recommend
-from accounting.selectors import fairness_report, showback_period, showback_report
+from accounting.selectors import fairness_report, showback_period, showback_report, unit_flavor_usage
 from accounting.services.findings import _candidate_detail, reclaims
-from quotas.models import AuditEvent, OrgUnit, Quota, ResourceFlavor
+from quotas.models import AuditEvent, OrgUnit
 from quotas.selectors import subtree
 
 GPU = "nvidia.com/gpu"
@@ -104,38 +104,9 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     start, end = _month_bounds(month)
     hours_in_month = int((end - start).total_seconds() // 3600)
     rows = UsageHour.objects.filter(subtree("unit__path", unit.path), hour__gte=start, hour__lt=end)
-    totals = {
-        (r["unit_id"], r["flavor_id"]): r
-        for r in rows.values("unit_id", "flavor_id").annotate(
-            g=Sum("guarantee"),
-            a=Sum("allocated"),
-            w=Sum("within"),
-            b=Sum("borrowed"),
-            lent_h=Sum("lent"),
-            p=Sum("pending"),
-            act=Sum("active"),
-            prod=Sum("productive"),
-            est=Count("id", filter=Q(productive_estimated=True)),
-            hours=Count("id", filter=Q(minutes__gt=0)),
-            above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
-        )
-    }
+    usage = unit_flavor_usage(rows)
+    totals, units, flavors, quotas = usage.totals, usage.units, usage.flavors, usage.quotas
     detail = _candidate_detail(start, end, [(u, f, 0.0) for u, f in totals])["stats"]
-    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={u for u, _ in totals}).only("id", "path", "parent_id")}
-    flavors = {f.pk: f for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={f for _, f in totals})}
-    quotas = {
-        (q.unit_id, q.flavor_id): q for q in Quota.objects.filter(resource=GPU, flavor__in=flavors, unit__in=units)
-    }
-    children: dict[tuple[int, int], int] = defaultdict(int)
-    children_h: dict[tuple[int, int], float] = defaultdict(float)
-    for (uid, fid), quota in quotas.items():
-        parent = units[uid].parent_id
-        if parent is not None:
-            children[(parent, fid)] += quota.guarantee
-    for (uid, fid), r in totals.items():
-        parent = units[uid].parent_id
-        if parent is not None:
-            children_h[(parent, fid)] += r["g"] or 0
     show = {
         (line["unit_path"], line["flavor_key"]): line
         for line in showback_report(showback_period(month), within=unit.path, rollup=False)["lines"]
@@ -176,7 +147,7 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         u, f = units[uid], flavors[fid]
         q = quotas.get((uid, fid))
         key = f"{f.cluster.name}/{f.name}"
-        own = max(0.0, (r["g"] or 0) - children_h[(uid, fid)])
+        own = usage.own_guarantee_h(uid, fid)
         p95_held, p95_demand, _ = detail.get((uid, fid), (0.0, 0.0, 0))
         rec = recommend(
             UnitMonth(
@@ -187,7 +158,7 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
                 q.guarantee if q else 0,
                 q.burst if q else 0,
                 q.lendable if q else 0,
-                children[(uid, fid)],
+                usage.children_guarantee(uid, fid),
                 own,
                 r["w"] or 0,
                 r["hours"],
