@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
@@ -27,6 +26,7 @@ from accounting.selectors import (
     showback_report,
     usage_hours,
     usage_summary,
+    visible_findings,
 )
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from quotas.access import is_platform_admin, led_paths, may_read_costs
@@ -162,19 +162,20 @@ class ShowbackQuery(serializers.Serializer):
         return attrs
 
 
+PERIOD = inline_serializer(
+    "Period",
+    fields={
+        "label": serializers.CharField(),
+        "start": serializers.DateTimeField(),
+        "end": serializers.DateTimeField(),
+        "hours": serializers.FloatField(),
+    },
+)
 MONEY = serializers.CharField(allow_null=True, help_text="In the flavor's currency, to the cent; null: no price.")
 SHOWBACK = inline_serializer(
     "Showback",
     fields={
-        "period": inline_serializer(
-            "ShowbackPeriod",
-            fields={
-                "label": serializers.CharField(),
-                "start": serializers.DateTimeField(),
-                "end": serializers.DateTimeField(),
-                "hours": serializers.FloatField(),
-            },
-        ),
+        "period": PERIOD,
         "within": serializers.CharField(),
         "rule": serializers.ChoiceField(
             choices=[r.value for r in SharedCost], help_text="How shared cost is charged (ALLOT_SHOWBACK_SHARED_COST)."
@@ -272,16 +273,7 @@ class FindingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     permission_classes = [IsAuthenticated]  # actions: the services check the unit's leads (quotas.access)
 
     def get_queryset(self) -> QuerySet[Finding]:
-        rows = super().get_queryset()
-        if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(self.request.user):
-            led = led_paths(self.request.user)
-            if not led:
-                return rows.none()
-            match = Q()
-            for path in led:
-                match |= subtree("unit__path", path)
-            rows = rows.filter(match)
-        return rows
+        return visible_findings(self.request.user)
 
     def _act(self, request: Request, do: Any) -> Response:
         body = FindingAct(data=request.data)
@@ -321,14 +313,7 @@ class FindingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 FAIRNESS = inline_serializer(
     "Fairness",
     fields={
-        "period": inline_serializer(
-            "FairnessPeriod",
-            fields={
-                "label": serializers.CharField(),
-                "start": serializers.DateTimeField(),
-                "end": serializers.DateTimeField(),
-            },
-        ),
+        "period": PERIOD,
         "within": serializers.CharField(),
         "units": inline_serializer(
             "FairnessUnit",

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 
-from accounting.models import Allocation, UsageHour, UsageSample, WorkloadRecord
+from accounting.models import Allocation, Finding, UsageHour, UsageSample, WorkloadRecord
 from accounting.policy.showback import FlavorPeriod, SharedCost, Showback, UnitUsage, children_sums, roll_up, showback
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.selectors import subtree
@@ -524,4 +524,28 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
                 "demand_at_guarantee": {"count": d[0], "unit": d[2]} if d else None,
             }
         )
-    return {"period": {"label": period.label, "start": start, "end": end}, "within": within, "units": rows}
+    return {
+        "period": {"label": period.label, "start": start, "end": end, "hours": period.hours},
+        "within": within,
+        "units": rows,
+    }
+
+
+def visible_findings(user: Any) -> QuerySet[Finding]:
+    """The findings ``user`` may read: all of them, or under ALLOT_SHOWBACK_VISIBILITY=leads those of
+    the units they lead and below (platform admins: all). For the API and the inbox alike."""
+    from quotas.access import is_platform_admin, led_paths
+
+    rows = Finding.objects.select_related("unit", "flavor__cluster", "change_request")
+    if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(user):
+        match = Q(pk__in=[])
+        for path in led_paths(user):
+            match |= subtree("unit__path", path)
+        rows = rows.filter(match)
+    return rows
+
+
+def usage_months() -> list[str]:
+    """Months with usage, newest first (YYYY-MM): what the showback and fairness pages offer."""
+    months = UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
+    return [m.strftime("%Y-%m") for m in months]

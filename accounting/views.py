@@ -5,24 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, F, Max, Q
-from django.db.models.functions import TruncMonth
+from django.db.models import Count, F, Max
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
-from accounting.models import Finding, FindingState, Review, ReviewFile, SourceRun, SourceStatus, UsageHour
-from accounting.selectors import fairness_report, showback_period, showback_report
+from accounting.models import Finding, FindingState, Review, ReviewFile, SourceRun, SourceStatus
+from accounting.selectors import fairness_report, showback_period, showback_report, usage_months, visible_findings
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError
 from quotas.policy.violations import PolicyViolationError
-from quotas.selectors import subtree
 
 
 @login_required
@@ -49,10 +46,7 @@ def showback_page(request: HttpRequest) -> HttpResponse:
     """The month's showback, rolled up the tree (the latest month with usage unless one is asked for):
     per unit and flavor, device-hours and cost used, idle, lent, borrowed and shared; per flavor, the
     fleet's parts that the lines add up to."""
-    months = [
-        m.strftime("%Y-%m")
-        for m in UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
-    ]
+    months = usage_months()
     month = request.GET.get("month") or (months[0] if months else "")
     within = request.GET.get("within", "")
     context: dict[str, object] = {"months": months, "month": month, "within": within, "report": None, "error": ""}
@@ -66,23 +60,13 @@ def showback_page(request: HttpRequest) -> HttpResponse:
     return render(request, "accounting/showback.html", context)
 
 
-def _visible_findings(request: HttpRequest) -> Any:
-    rows = Finding.objects.select_related("unit", "flavor__cluster", "change_request")
-    if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(request.user):
-        match = Q(pk__in=[])
-        for path in led_paths(request.user):
-            match |= subtree("unit__path", path)
-        rows = rows.filter(match)
-    return rows
-
-
 @login_required
 def findings_page(request: HttpRequest) -> HttpResponse:
     """The findings inbox: the units a user leads first, then the rest; open and acknowledged by
     default (``?state=all`` for every one). Each with its evidence, cost at stake and the actions."""
     led = led_paths(request.user)
     state = request.GET.get("state", "live")
-    rows = _visible_findings(request)
+    rows = visible_findings(request.user)
     counts = dict(rows.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     if state == "live":
         rows = rows.filter(state__in=[FindingState.OPEN, FindingState.ACKNOWLEDGED])
@@ -90,10 +74,7 @@ def findings_page(request: HttpRequest) -> HttpResponse:
         rows = rows.filter(state=state)
     findings = list(rows.order_by(F("cost").desc(nulls_last=True), "-opened_at")[:500])
     for f in findings:
-        guarantee = f.evidence.get("guarantee") or (
-            f.evidence.get("guarantee_h", 0) / max(f.evidence.get("hours_with_telemetry") or 1, 1)
-        )
-        f.chart = evidence_chart(f.evidence.get("daily") or [], guarantee)  # type: ignore[attr-defined]
+        f.chart = evidence_chart(f.evidence.get("daily") or [], f.evidence.get("guarantee"))  # type: ignore[attr-defined]
 
     def mine(f: Finding) -> bool:
         path = f.unit.path if f.unit else ""
@@ -116,7 +97,7 @@ def findings_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 def finding_act(request: HttpRequest, finding_id: int) -> HttpResponse:
     """The buttons of the inbox: acknowledge, dismiss (with a reason), request the suggested change."""
-    finding = get_object_or_404(_visible_findings(request), pk=finding_id)
+    finding = get_object_or_404(visible_findings(request.user), pk=finding_id)
     what = request.POST.get("do", "")
     reason = request.POST.get("reason", "")
     try:
@@ -140,10 +121,7 @@ def finding_act(request: HttpRequest, finding_id: int) -> HttpResponse:
 @login_required
 def fairness_page(request: HttpRequest) -> HttpResponse:
     """Outcome fairness for a month, the units under ``within`` side by side with their siblings."""
-    months = [
-        m.strftime("%Y-%m")
-        for m in UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
-    ]
+    months = usage_months()
     month = request.GET.get("month") or (months[0] if months else "")
     within = request.GET.get("within", "")
     context: dict[str, object] = {"months": months, "month": month, "within": within, "groups": [], "error": ""}

@@ -48,12 +48,10 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         allowed_tiers={u: frozenset(t) for u, t in allowed.items()},
         flavor_memory=memory,
     )
-    accelerators: dict[str, str | None] = {"nvidia.com/gpu": None}
-    accelerators.update(dict(pair.split("=", 1) for pair in settings.ALLOT_ADMISSION_ACCELERATORS))
     return replace(
         policy,
         exempt_namespaces=frozenset(settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES),
-        accelerators=accelerators,
+        accelerators=dict(settings.ALLOT_ACCELERATORS),
         controllers=frozenset(settings.ALLOT_ADMISSION_CONTROLLERS),
     )
 

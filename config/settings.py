@@ -268,6 +268,12 @@ for _pair in ALLOT_ADMISSION_ACCELERATORS:
         raise ImproperlyConfigured(
             f"ALLOT_ADMISSION_ACCELERATORS: {_pair!r} is not resource=flavor (e.g. amd.com/gpu=mi300x)"
         )
+# Extended resources counted as devices, each with the flavor it belongs to (None: where it lands); the
+# admission webhook and the Kueue usage source read this one map.
+ALLOT_ACCELERATORS: dict[str, str | None] = {
+    "nvidia.com/gpu": None,
+    **{p.split("=", 1)[0]: p.split("=", 1)[1] for p in ALLOT_ADMISSION_ACCELERATORS},
+}
 # Controllers whose objects with a controller ownerReference are judged as part of their owner.
 ALLOT_ADMISSION_CONTROLLERS = env_list("ALLOT_ADMISSION_CONTROLLERS", sorted(DEFAULT_CONTROLLERS))
 if ALLOT_ADMISSION_AUTH not in ("token", "client-cert", "none"):

@@ -12,6 +12,7 @@ is not opened again. Every state change writes an audit row.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -42,7 +43,7 @@ from accounting.policy.findings import (
     zombie_allocations,
 )
 from accounting.selectors import unit_flavor_usage
-from quotas.access import Viewer, signed_in
+from quotas.access import NotAllowedError, Viewer, is_platform_admin, may_request, signed_in
 from quotas.errors import InputError
 from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import Resource
@@ -471,17 +472,27 @@ def _live(finding: Finding) -> Finding:
     return finding
 
 
+def request_suggested_change(*, actor: Viewer, action: Mapping[str, Any], reason: str) -> ChangeRequest:
+    """A change request for a suggested quota change (a finding's or a review's): ``unit``,
+    ``flavor`` and ``guarantee`` and/or ``lendable``. A smaller guarantee given alone brings a larger
+    lendable part down with it (lendable ≤ guarantee). Approved through the usual flow."""
+    guarantee, lendable = action.get("guarantee"), action.get("lendable")
+    if guarantee is not None and lendable is None:
+        current = Quota.objects.filter(unit_id=action["unit"], flavor_id=action["flavor"], resource=GPU).first()
+        if current and current.lendable > guarantee:
+            lendable = guarantee
+    change = QuotaChange(int(action["unit"]), int(action["flavor"]), Resource.GPU, guarantee, None, lendable)
+    return change_request_submit(actor=actor, reason=reason[:2000], changes=[change])
+
+
 def _may_act(actor: Viewer, finding: Finding) -> None:
-    from quotas.access import is_platform_admin, led_paths
-
+    """Leads of the finding's unit or a unit above it, and platform admins (quotas.access)."""
     user = signed_in(actor)
-    if is_platform_admin(user):
+    if finding.unit is None and is_platform_admin(user):
         return
-    path = finding.unit.path if finding.unit else ""
-    if not path or not any(path == p or path.startswith(f"{p}/") for p in led_paths(user)):
-        from quotas.access import NotAllowedError
-
-        raise NotAllowedError(f"you lead neither {path or 'this flavor'} nor a unit above it")
+    if finding.unit is None or not may_request(user, finding.unit):
+        path = finding.unit.path if finding.unit else "this flavor"
+        raise NotAllowedError(f"you lead neither {path} nor a unit above it")
 
 
 @transaction.atomic
@@ -539,19 +550,10 @@ def finding_request_change(*, actor: Viewer, finding: Finding, reason: str = "")
             f"finding #{finding.pk} suggests no quota change",
             "act on it outside Allot, then dismiss it with a reason",
         )
-    action = finding.action
-    change = QuotaChange(
-        int(action["unit"]), int(action["flavor"]), Resource.GPU, action.get("guarantee"), None, action.get("lendable")
-    )
-    lendable_cap = action.get("guarantee")
-    if lendable_cap is not None and action.get("lendable") is None:
-        current = Quota.objects.filter(unit_id=change.unit_id, flavor_id=change.flavor_id, resource=GPU).first()
-        if current and current.lendable > lendable_cap:
-            change = QuotaChange(change.unit_id, change.flavor_id, Resource.GPU, lendable_cap, None, lendable_cap)
     why = (
         reason.strip() + " — " if reason.strip() else ""
     ) + f"finding #{finding.pk}: {finding.summary}. {finding.suggestion}"
-    request = change_request_submit(actor=actor, reason=why[:2000], changes=[change])
+    request = request_suggested_change(actor=actor, action=finding.action, reason=why)
     before = finding.state
     finding.change_request, finding.state, finding.updated_at = request, FindingState.ACKNOWLEDGED, timezone.now()
     finding.state_reason = f"change request #{request.pk}"

@@ -44,13 +44,6 @@ KEEP_PROBLEMS = 100
 GPU = "nvidia.com/gpu"
 
 
-def accelerators() -> dict[str, str | None]:
-    """Extended resources counted as devices (the admission webhook's setting)."""
-    found: dict[str, str | None] = {GPU: None}
-    found.update(dict(pair.split("=", 1) for pair in settings.ALLOT_ADMISSION_ACCELERATORS))
-    return found
-
-
 def kueue_client(cluster: Cluster) -> KueueClient:
     if cluster.kind != ClusterKind.KUBERNETES:
         raise ValueError(f"{cluster.name} is not a Kubernetes cluster")
@@ -222,7 +215,7 @@ def _fold(
         uid: track_from_json(r.track) for uid, r in records.items() if r.track is not None
     }
     changed: set[str] = set()
-    table = accelerators()
+    table = settings.ALLOT_ACCELERATORS
     for kind, obj in events:
         tally.add("events")
         meta = obj.get("metadata") or {}

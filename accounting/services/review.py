@@ -532,11 +532,9 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
     usual flow) and record it on the review; audited. A recommendation accepted already returns its
     request."""
     from accounting.models import Review
+    from accounting.services.findings import request_suggested_change
     from quotas.errors import InputError
-    from quotas.policy.quantity import Resource
     from quotas.services.audit import audit_event, audit_write
-    from quotas.services.change_requests import change_request_submit
-    from quotas.services.quota import QuotaChange
 
     review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
     if not 0 <= index < len(review.recommendations):
@@ -553,13 +551,10 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
         raise InputError(
             "index", f"{rec['unit_path']} {rec['flavor']}: the review says {rec['verdict']}", "nothing to request"
         )
-    change = QuotaChange(
-        int(action["unit"]), int(action["flavor"]), Resource.GPU, action.get("guarantee"), None, action.get("lendable")
-    )
     why = (reason.strip() + " — " if reason.strip() else "") + (
         f"governance review {review.unit.path} {review.month}: {rec['verdict']} — {rec['evidence']}"
     )
-    request = change_request_submit(actor=actor, reason=why[:2000], changes=[change])
+    request = request_suggested_change(actor=actor, action=action, reason=why)
     recommendations = list(review.recommendations)
     recommendations[index] = {**rec, "change_request": request.pk}
     review.recommendations = recommendations
