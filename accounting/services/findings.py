@@ -293,12 +293,21 @@ def quiet_spans(start: datetime, end: datetime, th: Thresholds, prices: dict[int
     names = dict(OrgUnit.objects.filter(pk__in={s[0] for s in spans}).values_list("id", "path"))
     flavors = {f.pk: f"{f.cluster.name}/{f.name}" for f in ResourceFlavor.objects.select_related("cluster")}
     out = []
+    running: dict[tuple[int, int], list[tuple[Any, Any, str]]] = defaultdict(list)
+    for unit, flavor, begins, ends, job in (  # every span's candidates in one query
+        Allocation.objects.filter(unit_id__in={s[0] for s in spans}, flavor_id__in={s[1] for s in spans})
+        .filter(start__lt=end)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .order_by("start")
+        .values_list("unit_id", "flavor_id", "start", "end", "record__job_id")
+    ):
+        running[(unit, flavor)].append((begins, ends, job))
     for unit, flavor, begins, ends, held, active in spans:
-        holders = (
-            Allocation.objects.filter(unit_id=unit, flavor_id=flavor, start__lte=begins)
-            .filter(Q(end__isnull=True) | Q(end__gte=ends))
-            .values_list("record__job_id", flat=True)[:20]
-        )
+        holders = [
+            job
+            for start_at, end_at, job in running[(unit, flavor)]
+            if start_at <= begins and (end_at is None or end_at >= ends)
+        ][:20]
         out.append(
             QuietSpan(
                 unit,
