@@ -164,17 +164,14 @@ def test_thresholds_out_of_range_stop_the_detectors_with_their_names(org, settin
 
 
 def test_devices_held_with_no_measured_activity_are_a_zombie_with_the_workloads_named(org):
-    from accounting.models import ActivityHour, Allocation, WorkloadRecord
+    from accounting.models import Allocation, UsageHour, WorkloadRecord
 
-    rows = [HEADER] + [f"{(DAY + timedelta(minutes=i)):%Y-%m-%dT%H:%M},nlp,a100,30,8,0" for i in range(3 * 60)]
-    usage_replay_load(lines=rows, cluster=org.cluster, units={"nlp": org.nlp}, name="three quiet hours")
+    for h in range(3):  # three hours holding 8 GPUs, 0.2 device-hours of them measured busy
+        UsageHour.objects.create(unit=org.nlp, flavor=org.flavor, hour=DAY + timedelta(hours=h), minutes=60,
+                                 guarantee=30, allocated=8, within=8, active=0.2)  # fmt: skip
     record = WorkloadRecord.objects.create(cluster=org.cluster, scheduler_id="u-1", job_id="nlp/train-7", unit=org.nlp,
                                            flavor=org.flavor, devices=8, state="running")  # fmt: skip
     Allocation.objects.create(record=record, unit=org.nlp, flavor=org.flavor, devices=8, start=DAY - timedelta(hours=1))
-    for h in range(3):
-        ActivityHour.objects.create(cluster=org.cluster, unit=org.nlp, flavor=org.flavor, hour=DAY + timedelta(hours=h),
-                                    active=0.2, observed=8)  # fmt: skip
-    usage_rollup(start=DAY, end=DAY + timedelta(hours=3))
     findings_detect(end=DAY + timedelta(days=1), th=TH)
     zombie = Finding.objects.get(kind="zombie_allocation")
     assert zombie.unit == org.nlp and zombie.evidence["workloads"] == ["nlp/train-7"]
