@@ -43,8 +43,22 @@ def lab(org):
         services.quota_set_bulk(actor=org.admin, reason="t", changes=level)
     for unit, user in ((org.nlp, "alice"), (org.nlp, "dave"), (org.vision, "bob")):
         services.membership_add(actor=org.admin, reason="t", unit=unit, slurm_username=user)
+    unix_users("alice", "bob", "dave")
     org.slurm, org.slurm_flavor = cluster, flavor
     return org
+
+
+def unix_users(*names):
+    """The members as Unix users, before any sync: slurmctld resolves a user's uid when it learns the
+    association, and one created later stays unknown ("Invalid account" on every sbatch) until
+    ``scontrol reconfigure`` — which runs here when a user had to be created."""
+    created = False
+    for name in names:
+        if _sh("id", name).returncode != 0:
+            _sh("useradd", "-M", "-s", "/bin/sh", name, check=True)
+            created = True
+    if created:
+        _sh("scontrol", "reconfigure")
 
 
 def writes(run):
@@ -154,9 +168,6 @@ def test_submissions_are_checked_by_job_submit_lua_against_the_published_snapsho
     cluster_sync(actor=lab.admin, reason="accounts first", cluster=lab.slurm)
     policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
     assert policy["accounts"]["nlp"]["gpus"] == {"a100": 6} and policy["interactive_max_minutes"] == 240
-    for user in ("alice", "bob"):
-        if _sh("id", user).returncode != 0:
-            _sh("useradd", "-M", "-s", "/bin/sh", user, check=True)
     installed = _sh("bash", "deploy/slurm/install-job-submit.sh")
     assert installed.returncode == 0, installed.stderr
     time.sleep(2)
@@ -265,8 +276,6 @@ def test_a_delete_refused_while_jobs_run_is_blocked_then_done_by_a_later_sync(la
     )
     assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status == SyncStatus.APPLIED
     slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
-    if _sh("id", "alice").returncode != 0:
-        _sh("useradd", "-M", "-s", "/bin/sh", "alice", check=True)
     time.sleep(2)  # job_submit.lua re-reads the snapshot at most every second
     submitted = _sh(
         "sbatch", "-A", "scratch", "--gres=gpu:a100:1", "-t", "5", "--chdir=/tmp", "-o", "/dev/null",
@@ -464,9 +473,6 @@ def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(
     burst = {q.name: q for q in qos}["burst-nlp"]
     assert (burst.grace_time_s, burst.preempt_exempt_s, burst.preempt_mode) == (10, 10, "requeue")
     slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
-    for user in ("alice", "bob"):
-        if _sh("id", user).returncode != 0:
-            _sh("useradd", "-M", "-s", "/bin/sh", user, check=True)
     time.sleep(2)  # job_submit.lua re-reads the snapshot
 
     def sbatch(user, account, gpus, *extra):
