@@ -70,17 +70,28 @@ class WorkloadRecord(models.Model):
     corrected record replaces the earlier one. Its unit is resolved through namespace bindings or
     the Slurm account; one that maps to no unit is kept (unit empty) and counted."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workload_records")
+    # A million rows a month at a large site: no index that another already covers (cluster leads the
+    # unique key, unit leads (unit, flavor)), and no database check per row of unit and flavor — the
+    # ingest resolves them from live rows in its transaction; deletes stay protected by Django.
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workload_records", db_index=False)
     scheduler_id = models.CharField(
         max_length=64, help_text="Kueue Workload UID, or Slurm JobID@first submit (ids repeat after a reset)."
     )
     job_id = models.CharField(max_length=64, blank=True, help_text="The scheduler's own id (Slurm JobID).")
-    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT, related_name="workloads")
+    unit = models.ForeignKey(
+        OrgUnit,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="workloads",
+        db_index=False,
+        db_constraint=False,
+    )
     account = models.CharField(max_length=253, blank=True, help_text="The Slurm account or namespace it ran in.")
     owner = models.CharField(max_length=150, blank=True)
     project = models.CharField(max_length=200, blank=True)
     tier = models.CharField(max_length=64, blank=True, help_text="Tier, or the Slurm QOS it ran under.")
-    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT)
+    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT, db_constraint=False)
     flavor_name = models.CharField(max_length=63, blank=True, help_text="As the scheduler said it.")
     devices = models.PositiveIntegerField(default=0)
     resources = models.JSONField(default=dict, blank=True)

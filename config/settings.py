@@ -187,6 +187,8 @@ ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(BUNDLED_KUEUE
 # --- usage accounting (ALLOT_USAGE_*) -----------------------------------------------------------
 ALLOT_USAGE_SLURM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_SLURM_OVERLAP_SECONDS", 3600)  # re-read, for late records
 ALLOT_USAGE_SLURM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_SLURM_LOOKBACK_SECONDS", 86400)  # a cluster's first ingest
+# connections that rebuild a whole month of rollups side by side (PostgreSQL; each takes a share of the units)
+ALLOT_USAGE_ROLLUP_WORKERS = env_int("ALLOT_USAGE_ROLLUP_WORKERS", 2)
 ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC")  # the zone sacct prints its times in
 ALLOT_METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "")  # what Prometheus sends to GET /metrics/usage
 ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct")  # the sacct binary (a path, where it is not on PATH)

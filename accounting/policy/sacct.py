@@ -131,7 +131,7 @@ class SlurmJob:
     def key(self) -> str:
         """The job's identity: its id and when it was first submitted (ids repeat after a reset)."""
         first = self.runs[0].submit if self.runs else self.submitted
-        return f"{self.job_id}@{first:%Y-%m-%dT%H:%M:%S}" if first else self.job_id
+        return f"{self.job_id}@{first.isoformat(timespec='seconds')[:19]}" if first else self.job_id
 
 
 def gpus_from_tres(tres: str) -> dict[str | None, int]:
@@ -163,58 +163,64 @@ def parse_sacct(
     lines: Iterable[str], *, zone: tzinfo, fields: tuple[str, ...] = FIELDS, cluster: str | None = None
 ) -> Iterator[SacctRun | LineProblem]:
     """Each line as a run, or as a LineProblem saying what is wrong with it. Blank lines are skipped.
-    ``cluster`` names the cluster of every run (whatever sacct's Cluster column says)."""
+    ``cluster`` names the cluster of every run (whatever sacct's Cluster column says). A field missing
+    from ``fields`` reads as empty (``JobIDRaw`` falls back to ``JobID``)."""
+    width = len(fields)
     index = {name: i for i, name in enumerate(fields)}
+    index.setdefault("JobIDRaw", index.get("JobID", width))
+
+    def at(name: str) -> int:  # a missing field reads the empty string appended to each line's parts
+        return index.get(name, width)
+
+    job_at, db_at, cluster_at, account_at, user_at, qos_at, partition_at = (
+        at(n) for n in ("JobIDRaw", "DBIndex", "Cluster", "Account", "User", "QOS", "Partition")
+    )
+    state_at, submit_at, start_at, end_at, tres_at, exit_at = (
+        at(n) for n in ("State", "Submit", "Start", "End", "AllocTRES", "ExitCode")
+    )
+    tres_seen: dict[str, Mapping[str | None, int]] = {}  # a month has a few hundred distinct TRES strings
     for number, raw in enumerate(lines, 1):
         text = raw.rstrip("\n")
-        if not text.strip():
+        if not text or text.isspace():
             continue
         parts = text.split("|")
-        if len(parts) != len(fields):
-            yield LineProblem(number, text[:500], f"{len(parts)} fields, expected {len(fields)} ({','.join(fields)})")
+        if len(parts) != width:
+            yield LineProblem(number, text[:500], f"{len(parts)} fields, expected {width} ({','.join(fields)})")
             continue
-        get = {name: parts[i] for name, i in index.items()}
-        get.setdefault("JobIDRaw", get.get("JobID", ""))
-        for optional in (
-            "DBIndex",
-            "Cluster",
-            "Account",
-            "User",
-            "QOS",
-            "Partition",
-            "Submit",
-            "AllocTRES",
-            "ExitCode",
-        ):
-            get.setdefault(optional, "")
-        raw_state = get["State"].split(" ")[0]
-        state = SLURM_STATES.get(raw_state)
+        parts.append("")
+        raw_state = parts[state_at]
+        state = SLURM_STATES.get(raw_state.split(" ", 1)[0])
         if state is None:
-            yield LineProblem(number, text[:500], f"unknown job state {get['State']!r}")
+            yield LineProblem(number, text[:500], f"unknown job state {raw_state!r}")
             continue
         try:
-            submit, start, end = (_time(get[k], zone) for k in ("Submit", "Start", "End"))
+            submit, start, end = _time(parts[submit_at], zone), _time(parts[start_at], zone), _time(parts[end_at], zone)
         except ValueError as exc:
             yield LineProblem(number, text[:500], f"a time is not ISO 8601: {exc}")
             continue
         if start and end and end < start:
             yield LineProblem(number, text[:500], f"ends ({end:%Y-%m-%dT%H:%M:%S}) before it starts: clock skew?")
             continue
+        tres = parts[tres_at]
+        gpus = tres_seen.get(tres)
+        if gpus is None:
+            gpus = tres_seen[tres] = gpus_from_tres(tres)
+        job_id = parts[job_at]
         yield SacctRun(
-            job_id=get["JobIDRaw"],
-            cluster=cluster if cluster is not None else get["Cluster"],
-            account=get["Account"],
-            user=get["User"],
-            qos=get["QOS"],
-            partition=get["Partition"],
+            job_id=job_id,
+            cluster=cluster if cluster is not None else parts[cluster_at],
+            account=parts[account_at],
+            user=parts[user_at],
+            qos=parts[qos_at],
+            partition=parts[partition_at],
             state=state,
-            raw_state=get["State"],
+            raw_state=raw_state,
             submit=submit,
             start=start,
             end=end,
-            gpus=gpus_from_tres(get["AllocTRES"]),
-            exit_code=get["ExitCode"],
-            run_key=get["DBIndex"] or f"{get['JobIDRaw']}@{get['Submit']}",
+            gpus=gpus,
+            exit_code=parts[exit_at],
+            run_key=parts[db_at] or f"{job_id}@{parts[submit_at]}",
         )
 
 
@@ -229,7 +235,8 @@ def fold_runs(runs: Iterable[SacctRun]) -> dict[tuple[str, str], SlurmJob]:
         grouped.setdefault((run.cluster, run.job_id), {})[run.run_key] = run
     jobs: dict[tuple[str, str], SlurmJob] = {}
     for (cluster, _), parts in grouped.items():
-        for chain in _chains(sorted(parts.values(), key=_order)):
+        chains = [list(parts.values())] if len(parts) == 1 else _chains(sorted(parts.values(), key=_order))
+        for chain in chains:
             job = _fold(chain)
             jobs[(cluster, job.key)] = job
     return jobs
@@ -263,14 +270,19 @@ def _order(run: SacctRun) -> tuple[datetime, datetime]:
 
 def _fold(runs: list[SacctRun]) -> SlurmJob:
     last = runs[-1]
-    evictions = tuple(
-        Eviction(r.raw_state, r.end) for r in runs[:-1] if r.state in (EndState.PREEMPTED, EndState.REQUEUED)
-    )
-    if last.state is EndState.PREEMPTED and len(runs) == 1:
-        evictions = (Eviction(last.raw_state, last.end),)
-    held = sum(int((r.end - r.start).total_seconds()) for r in runs if r.start and r.end)
-    gpus = next((r.gpus for r in runs if r.gpus), {})
-    starts = [r.start for r in runs if r.start]
+    if len(runs) == 1:  # most jobs ran once: the same fold without the passes over a list
+        evictions: tuple[Eviction, ...] = (
+            (Eviction(last.raw_state, last.end),) if last.state is EndState.PREEMPTED else ()
+        )
+        held = int((last.end - last.start).total_seconds()) if last.start and last.end else 0
+        gpus, started = last.gpus, last.start
+    else:
+        evictions = tuple(
+            Eviction(r.raw_state, r.end) for r in runs[:-1] if r.state in (EndState.PREEMPTED, EndState.REQUEUED)
+        )
+        held = sum(int((r.end - r.start).total_seconds()) for r in runs if r.start and r.end)
+        gpus = next((r.gpus for r in runs if r.gpus), {})
+        started = min((r.start for r in runs if r.start), default=None)
     return SlurmJob(
         job_id=last.job_id,
         cluster=last.cluster,
@@ -280,7 +292,7 @@ def _fold(runs: list[SacctRun]) -> SlurmJob:
         partition=last.partition,
         state=last.state,
         submitted=runs[0].submit,
-        started=min(starts) if starts else None,
+        started=started,
         ended=last.end if last.state not in (EndState.PENDING, EndState.RUNNING) else None,
         gpus=gpus,
         exit_code=last.exit_code,

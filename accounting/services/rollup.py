@@ -13,19 +13,22 @@ hour a successful ingest of that cluster covered.
 
 Productive device-hours are measured where workloads report progress (``PROGRESS``; the signal is
 documented in ``accounting.policy.dcgm``) and otherwise an estimate, flagged
-``productive_estimated``: allocated minus the work evictions lost (see ``LOST``). Active is the measured
+``productive_estimated``: allocated minus the work evictions lost (see ``ALLOCATIONS``). Active is the measured
 activity DCGM reported for the hour (``ACTIVITY``), empty (null) where no telemetry measured it.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import threading
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from accounting import partitions
 from accounting.models import SourceKind, SourceRun, SourceStatus, UsageHour
 
 COLUMNS = (
@@ -34,7 +37,7 @@ COLUMNS = (
 )
 
 SAMPLES = """
-INSERT INTO accounting_usagehour ({columns})
+INSERT INTO {table} ({columns})
 SELECT unit_id, flavor_id, hour, COUNT(*), SUM(g) / 60.0, SUM(a) / 60.0, SUM(w) / 60.0, SUM(b) / 60.0,
        SUM(lent) / 60.0, SUM(q) / 60.0, NULL, SUM(a) / 60.0, %(true)s, SUM(full_), SUM(queued_)
 FROM (
@@ -64,79 +67,80 @@ FROM (
     WINDOW w AS (PARTITION BY flavor_id, at)
   ) x
 ) z
+WHERE TRUE
 GROUP BY unit_id, flavor_id, hour
+ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
+  minutes = EXCLUDED.minutes,
+  guarantee = {table}.guarantee + EXCLUDED.guarantee,
+  allocated = {table}.allocated + EXCLUDED.allocated,
+  within = {table}.within + EXCLUDED.within,
+  borrowed = {table}.borrowed + EXCLUDED.borrowed,
+  lent = EXCLUDED.lent,
+  pending = EXCLUDED.pending,
+  productive = COALESCE({table}.productive, 0) + EXCLUDED.productive,
+  productive_estimated = EXCLUDED.productive_estimated,
+  minutes_full = EXCLUDED.minutes_full,
+  minutes_queued = EXCLUDED.minutes_queued
 """
 
-# PostgreSQL, one statement: guarantee-hours for every hour a successful ingest of the flavor's cluster
-# covered (Slurm's sacct, Kueue's list and watch; the last hour only for the minutes it covered)
-# joined with the allocations clipped to each hour (device-seconds per run and hour). One row per
-# unit × flavor × hour; added to a row the samples wrote.
+# PostgreSQL, one statement, the first to write the (emptied) window: guarantee-hours for every hour a
+# successful ingest of the flavor's cluster covered (Slurm's sacct, Kueue's list and watch; the last
+# hour only for the minutes it covered) joined with the allocations clipped to each hour
+# (device-seconds per run and hour). One row per unit × flavor × hour, so a plain INSERT: no conflict
+# to probe for (samples, written next, add to these rows).
+#
+# Productive device-hours, an estimate labelled as such until a workload reports progress: allocated
+# minus the work lost to evictions — each run that ended preempted or requeued loses what it did since
+# its last checkpoint, at most the checkpoint cadence of its unit's contract (the whole run when the
+# contract sets none), counted in the last hour it held its devices. Slurm says PREEMPTED or REQUEUED;
+# a Kueue run an eviction ended is written 'evicted <reason>'. Durations are date_part (a double):
+# EXTRACT returns numeric, whose sums over millions of run-hours cost twice the time and memory.
 ALLOCATIONS = """
 WITH allocated AS (
   SELECT unit_id, flavor_id, h,
          SUM(devices * secs) / 3600.0 AS allocated, SUM((devices - borrowed) * secs) / 3600.0 AS within,
-         SUM(borrowed * secs) / 3600.0 AS borrowed
+         SUM(borrowed * secs) / 3600.0 AS borrowed, SUM(lost) / 3600.0 AS lost
   FROM (
     SELECT a.unit_id, a.flavor_id, a.devices, a.borrowed, h,
-           EXTRACT(EPOCH FROM (LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h))) AS secs
-    FROM accounting_allocation a
+           date_part('epoch', LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h)) AS secs,
+           CASE WHEN h = a.last_hour THEN a.lost ELSE 0 END AS lost
+    FROM (
+      SELECT a.*, date_trunc('hour', a."end" - interval '1 microsecond') AS last_hour,
+             CASE WHEN a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%' OR a.raw_state LIKE 'evicted %%'
+                  THEN a.devices * LEAST(date_part('epoch', a."end" - a.start), {cadence}) ELSE 0 END AS lost
+      FROM accounting_allocation a
+      WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL {shard_a}
+        AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
+    ) a
     CROSS JOIN LATERAL generate_series(date_trunc('hour', GREATEST(a.start, %(start)s)),
                                        LEAST(COALESCE(a."end", %(now)s), %(end)s) - interval '1 microsecond',
                                        interval '1 hour') AS h
-    WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
-      AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
   ) runs
   GROUP BY unit_id, flavor_id, h
 ), covered AS (
   SELECT * FROM unnest(%(clusters)s::bigint[], %(covers)s::timestamptz[]) AS c(cluster_id, upto)
 ), guaranteed AS (
   SELECT q.unit_id, q.flavor_id, h,
-         LEAST(60, FLOOR(EXTRACT(EPOCH FROM (c.upto - h)) / 60))::int AS m, q.guarantee
+         LEAST(60, FLOOR(date_part('epoch', c.upto - h) / 60))::int AS m, q.guarantee
   FROM quotas_quota q
   JOIN quotas_resourceflavor f ON f.id = q.flavor_id
   JOIN covered c ON c.cluster_id = f.cluster_id
   CROSS JOIN LATERAL generate_series(date_trunc('hour', %(start)s::timestamptz),
                                      c.upto - interval '1 microsecond', interval '1 hour') AS h
-  WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0
+  WHERE q.resource = 'nvidia.com/gpu' AND q.guarantee > 0 {shard_q}
 )
-INSERT INTO accounting_usagehour ({columns})
+INSERT INTO {table} ({columns})
 SELECT COALESCE(g.unit_id, a.unit_id), COALESCE(g.flavor_id, a.flavor_id), COALESCE(g.h, a.h),
        COALESCE(g.m, 60), COALESCE(g.guarantee * g.m / 60.0, 0), COALESCE(a.allocated, 0), COALESCE(a.within, 0),
-       COALESCE(a.borrowed, 0), 0, 0, NULL, COALESCE(a.allocated, 0), TRUE, 0, 0
+       COALESCE(a.borrowed, 0), 0, 0, NULL, GREATEST(0, COALESCE(a.allocated, 0) - COALESCE(a.lost, 0)), TRUE, 0, 0
 FROM guaranteed g FULL OUTER JOIN allocated a ON a.unit_id = g.unit_id AND a.flavor_id = g.flavor_id AND a.h = g.h
-ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
-  guarantee = accounting_usagehour.guarantee + EXCLUDED.guarantee,
-  allocated = accounting_usagehour.allocated + EXCLUDED.allocated,
-  within = accounting_usagehour.within + EXCLUDED.within,
-  borrowed = accounting_usagehour.borrowed + EXCLUDED.borrowed,
-  productive = accounting_usagehour.productive + EXCLUDED.productive
-"""
-
-
-# Productive device-hours, an estimate labelled as such until a workload reports progress: allocated
-# (written with it above) minus the work lost to evictions — each run that ended preempted or
-# requeued loses what it did since its last checkpoint, at most the checkpoint cadence of its unit's
-# contract (the whole run when the contract sets none), counted in the hour it was evicted. Slurm says
-# PREEMPTED or REQUEUED; a Kueue run an eviction ended is written 'evicted <reason>'.
-LOST = """
-UPDATE accounting_usagehour u
-SET productive = GREATEST(0, u.productive - lost.device_hours)
-FROM (
-  SELECT a.unit_id, a.flavor_id, date_trunc('hour', a."end") AS h,
-         SUM(a.devices * LEAST(EXTRACT(EPOCH FROM (a."end" - a.start)), {cadence})) / 3600.0 AS device_hours
-  FROM accounting_allocation a
-  WHERE (a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%' OR a.raw_state LIKE 'evicted %%')
-    AND a."end" >= %(start)s AND a."end" < %(end)s AND a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL
-  GROUP BY 1, 2, 3
-) lost
-WHERE u.unit_id = lost.unit_id AND u.flavor_id = lost.flavor_id AND u.hour = lost.h AND u.productive_estimated
 """
 
 
 # Measured activity (DCGM): the units' active device-hours, summed over clusters, into the hour's row
 # (written above, or new: a pod can be busy on a flavor without an allocation Allot saw).
 ACTIVITY = """
-INSERT INTO accounting_usagehour ({columns})
+INSERT INTO {table} ({columns})
 SELECT unit_id, flavor_id, hour, 0, 0, 0, 0, 0, 0, 0, SUM(active), NULL, %(false)s, 0, 0
 FROM accounting_activityhour
 WHERE hour >= %(start)s AND hour < %(end)s
@@ -148,19 +152,19 @@ ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET active = EXCLUDED.active
 # Measured productive work (workloads that report progress): the reporting share of the hour is
 # measured, the rest keeps its estimate in proportion; flagged as estimated while any part is.
 PROGRESS = """
-UPDATE accounting_usagehour SET
-  productive = m.productive + CASE WHEN accounting_usagehour.allocated > m.reporting
-      THEN COALESCE(accounting_usagehour.productive, 0) * (1 - m.reporting / accounting_usagehour.allocated)
+UPDATE {table} SET
+  productive = m.productive + CASE WHEN {table}.allocated > m.reporting
+      THEN COALESCE({table}.productive, 0) * (1 - m.reporting / {table}.allocated)
       ELSE 0 END,
-  productive_estimated = CASE WHEN accounting_usagehour.allocated > m.reporting * 1.001 THEN %(true)s ELSE %(false)s END
+  productive_estimated = CASE WHEN {table}.allocated > m.reporting * 1.001 THEN %(true)s ELSE %(false)s END
 FROM (
   SELECT unit_id, flavor_id, hour, SUM(productive) AS productive, SUM(reporting) AS reporting
   FROM accounting_activityhour
   WHERE hour >= %(start)s AND hour < %(end)s AND productive IS NOT NULL
   GROUP BY unit_id, flavor_id, hour
 ) m
-WHERE accounting_usagehour.unit_id = m.unit_id AND accounting_usagehour.flavor_id = m.flavor_id
-  AND accounting_usagehour.hour = m.hour
+WHERE {table}.unit_id = m.unit_id AND {table}.flavor_id = m.flavor_id
+  AND {table}.hour = m.hour
 """
 
 
@@ -181,24 +185,155 @@ def _cadence_sql() -> str:
     return f"(CASE a.unit_id {whens} ELSE 1e18 END)"
 
 
-@transaction.atomic
+# Memory for the month's hash aggregate and join (three million rows), and for building its indexes:
+# with PostgreSQL's defaults (4 MB, 64 MB) both spill to disk. No JIT: compiling costs more than it
+# saves on statements that run once.
+SETTINGS = ("SET LOCAL work_mem = '256MB'", "SET LOCAL maintenance_work_mem = '256MB'")
+
+
+ROLLUP_LOCK = 0x616C6C6F74  # one rollup at a time (pg_advisory_lock): a month's swap replaces what others wrote
+
+
 def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None) -> int:
-    """Rebuild the hourly rollups of [start, end) (whole hours). Returns the rows written."""
+    """Rebuild the hourly rollups of [start, end) (whole hours). Returns the rows written.
+
+    On PostgreSQL each month of the window is done apart: a whole month is built as a new table and
+    swapped in for its partition (``accounting.partitions``), part of a month is deleted and written
+    again in place, in one transaction: readers see the old rows until it commits. Called outside a
+    transaction, a whole month's bulk is first written by ``ALLOT_USAGE_ROLLUP_WORKERS`` connections side
+    by side (each a share of the units) into a table no reader sees until the swap."""
     now = now or timezone.now()
     start = start.replace(minute=0, second=0, microsecond=0)
-    UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
-    adapt = connection.ops.adapt_datetimefield_value  # SQLite compares datetimes as text in its own format
-    params: dict[str, Any] = {"start": adapt(start), "end": adapt(end), "now": adapt(now), "true": True}
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
+            with connection.cursor() as cursor:
+                _build(cursor, partitions.PARENT, start, end, now)
+        return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
+    months = partitions.months_of(start, end - timedelta(microseconds=1)) if start < end else []
     with connection.cursor() as cursor:
-        cursor.execute(SAMPLES.format(columns=COLUMNS, hour=_hour("s.at")), params)
-        if connection.vendor == "postgresql":
-            covered = {c: max(start, min(upto, end)) for c, upto in _covered().items()}  # none past what was read
-            clusters: dict[str, Any] = {"clusters": list(covered), "covers": list(covered.values())}
-            cursor.execute(ALLOCATIONS.format(columns=COLUMNS), {**params, **clusters})
-            cursor.execute(LOST.format(cadence=_cadence_sql()), params)
-        cursor.execute(ACTIVITY.format(columns=COLUMNS), {**params, "false": False})
-        cursor.execute(PROGRESS, {**params, "false": False})
+        cursor.execute("SELECT pg_advisory_lock(%s)", [ROLLUP_LOCK])
+        try:
+            partitioned = partitions.is_partitioned(cursor)
+            whole = [m for m in months if partitioned and start <= m and partitions.next_month(m) <= end]
+            workers = settings.ALLOT_USAGE_ROLLUP_WORKERS
+            prebuilt = set()
+            if whole and workers > 1 and not connection.in_atomic_block:
+                for month in whole:
+                    _prebuild(cursor, month, now, workers)
+                    prebuilt.add(month)
+            try:
+                with transaction.atomic():
+                    _rollup(cursor, months, whole, prebuilt, start, end, now)
+            except BaseException:
+                for month in prebuilt:
+                    cursor.execute(f"DROP TABLE IF EXISTS {_built(month)}")
+                raise
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [ROLLUP_LOCK])
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
+
+
+def _built(month: datetime) -> str:
+    return f"{partitions.month_table(month)}_new"
+
+
+def _rollup(
+    cursor: Any,
+    months: list[datetime],
+    whole: list[datetime],
+    prebuilt: set[datetime],
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> None:
+    for setting in SETTINGS:
+        cursor.execute(setting)
+    for month in months:
+        if month in whole:
+            built = _built(month)
+            if month not in prebuilt:
+                partitions.new_table(cursor, built)
+            following = partitions.next_month(month)
+            fresh = month not in prebuilt  # (the workers wrote and indexed a prebuilt one)
+            _build(cursor, built, month, following, now, fresh=fresh, bulk=fresh)
+            partitions.swap_month(cursor, built, month)
+            continue
+        first, last = max(start, month), min(end, partitions.next_month(month))
+        if partitions.is_partitioned(cursor):
+            partitions.ensure_month(cursor, month)
+        cursor.execute(f"DELETE FROM {partitions.PARENT} WHERE hour >= %s AND hour < %s", [first, last])
+        _build(cursor, partitions.PARENT, first, last, now)
+
+
+def _prebuild(cursor: Any, month: datetime, now: datetime, workers: int) -> None:
+    """``month``'s allocations and guarantees written into a new, unattached table by ``workers``
+    connections at once (each its own transaction, a share of the units: unit id modulo workers), then
+    its indexes built side by side likewise."""
+    built = _built(month)
+    partitions.new_table(cursor, built)  # autocommit: the workers' connections see it
+    statement = ALLOCATIONS.format(table=built, columns=COLUMNS, cadence=_cadence_sql(), shard_a="{a}", shard_q="{q}")
+    params = _allocation_params(month, partitions.next_month(month), now)
+    shares = [
+        statement.format(a=f"AND a.unit_id %% {workers} = {k}", q=f"AND q.unit_id %% {workers} = {k}")
+        for k in range(workers)
+    ]
+    try:
+        _side_by_side([(sql, params) for sql in shares])
+        _side_by_side([(sql, None) for sql in partitions.index_statements(built)])
+        partitions.unique_constraint(cursor, built)
+    except BaseException:
+        cursor.execute(f"DROP TABLE IF EXISTS {built}")
+        raise
+
+
+def _side_by_side(statements: list[tuple[str, dict[str, Any] | None]]) -> None:
+    """Run each statement on a connection of its own, at the same time, each in its own transaction;
+    raise the first failure once all have ended."""
+    failures: list[BaseException] = []
+
+    def run(sql: str, params: dict[str, Any] | None) -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as own:
+                for setting in SETTINGS:
+                    own.execute(setting)
+                own.execute(sql, params)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=run, args=pair, name="allot-rollup") for pair in statements]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def _allocation_params(start: datetime, end: datetime, now: datetime) -> dict[str, Any]:
+    covered = {c: max(start, min(upto, end)) for c, upto in _covered().items()}  # none past what was read
+    return {"start": start, "end": end, "now": now, "clusters": list(covered), "covers": list(covered.values())}
+
+
+def _build(
+    cursor: Any, table: str, start: datetime, end: datetime, now: datetime, *, fresh: bool = False, bulk: bool = True
+) -> None:
+    """Write the rollups of [start, end) into ``table``, which holds none of them: allocations and
+    guarantees first (PostgreSQL; a plain INSERT), then — for a ``fresh`` table, a new month — its indexes,
+    built once over the bulk, then samples, activity and progress onto those rows."""
+    adapt = connection.ops.adapt_datetimefield_value  # SQLite compares datetimes as text in its own format
+    params: dict[str, Any] = {"start": adapt(start), "end": adapt(end), "now": adapt(now), "true": True, "false": False}
+    postgres = connection.vendor == "postgresql"
+    if postgres and bulk:  # (unless workers wrote it already)
+        statement = ALLOCATIONS.format(table=table, columns=COLUMNS, cadence=_cadence_sql(), shard_a="", shard_q="")
+        cursor.execute(statement, {**params, **_allocation_params(start, end, now)})
+    if fresh:
+        partitions.index_table(cursor, table)
+    cursor.execute(SAMPLES.format(table=table, columns=COLUMNS, hour=_hour("s.at")), params)
+    cursor.execute(ACTIVITY.format(table=table, columns=COLUMNS), params)
+    cursor.execute(PROGRESS.format(table=table), params)
 
 
 def _hour(column: str) -> str:

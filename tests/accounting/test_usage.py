@@ -276,3 +276,95 @@ def test_a_preempted_run_loses_the_work_since_its_last_checkpoint(org, lab_flavo
     assert hour.productive_estimated and hour.productive == pytest.approx(hour.allocated - 4 * 15 / 60)
     later = UsageHour.objects.get(unit=org.nlp, flavor=lab_flavor, hour=T0 + timedelta(hours=1))
     assert later.productive == pytest.approx(later.allocated)
+
+
+def _partitions():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'accounting_usagehour'::regclass ORDER BY 1"
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def _rows():
+    return sorted(
+        UsageHour.objects.values_list("unit_id", "flavor_id", "hour", "minutes", "guarantee", "allocated", "borrowed")
+    )
+
+
+@pytest.mark.postgres
+def test_a_whole_month_is_rebuilt_as_its_own_partition_with_the_same_rows_as_an_in_place_rollup(org, lab_flavor):
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=datetime(2026, 11, 2, 12, 0, tzinfo=UTC))
+    november = datetime(2026, 11, 1, tzinfo=UTC)
+    stray = {"unit": org.nlp, "flavor": lab_flavor, "minutes": 60, "guarantee": 1, "allocated": 1, "within": 1}
+    UsageHour.objects.create(hour=datetime(2026, 11, 20, tzinfo=UTC), **stray)  # no partition yet: the default
+    assert "accounting_usagehour_p202611" not in _partitions()
+
+    usage_rollup(start=T0 - timedelta(hours=2), end=T0 + timedelta(hours=4), now=now)  # part of the month: in place
+    assert "accounting_usagehour_p202611" in _partitions()  # created, and the stray row moved into it
+    assert UsageHour.objects.filter(hour=datetime(2026, 11, 20, tzinfo=UTC)).count() == 1  # outside the window
+    in_place = [r for r in _rows() if T0 - timedelta(hours=2) <= r[2] < T0 + timedelta(hours=4)]
+    assert sum(r[5] for r in in_place) == pytest.approx(
+        2 * 1.5 + 4 * (30 + 20) / 60 + 1 * 3.5
+    )  # jobs 101, 102, 104 (running)
+
+    rows = usage_rollup(start=november, end=datetime(2026, 12, 1, tzinfo=UTC), now=now)  # the whole month: swapped
+    whole = _rows()
+    assert (
+        rows == len(whole)
+        and UsageHour.objects.filter(hour=datetime(2026, 11, 20, tzinfo=UTC), guarantee=1).count() == 0
+    )
+    assert [r for r in whole if T0 - timedelta(hours=2) <= r[2] < T0 + timedelta(hours=4)] == in_place
+    assert all(november <= r[2] < now for r in whole) and whole[-1][2] == now - timedelta(hours=1)  # 104 still runs
+    assert usage_rollup(start=november, end=datetime(2026, 12, 1, tzinfo=UTC), now=now) == rows and _rows() == whole
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM accounting_usagehour_default WHERE hour >= %s", [november])
+        assert cursor.fetchone()[0] == 0
+    assert "accounting_usagehour_p202611_new" not in _partitions()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_month_built_by_several_connections_side_by_side_equals_the_one_built_in_one_transaction(
+    org, lab_flavor, settings, monkeypatch
+):
+    from django.db import transaction
+
+    from accounting.services import rollup
+
+    side_by_side, ran = rollup._side_by_side, []
+
+    def counted(statements):
+        ran.append(len(statements))
+        side_by_side(statements)
+
+    monkeypatch.setattr(rollup, "_side_by_side", counted)
+
+    from quotas import services
+    from quotas.policy import Resource
+
+    guarantees = ((org.acme, 4), (org.research, 3), (org.nlp, 2), (org.vision, 1), (org.llm, 1))
+    for unit, guarantee in guarantees:  # top down; units on both shards of two workers
+        services.quota_set(
+            actor=org.admin, reason="t", unit_id=unit.pk, flavor_id=lab_flavor.pk, resource=Resource.GPU,
+            guarantee=guarantee,
+        )  # fmt: skip
+    usage_ingest_slurm(cluster=org.slurm, lines=SACCT, now=datetime(2026, 11, 2, 12, 0, tzinfo=UTC))
+    november, december = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    with transaction.atomic():  # inside a transaction: one connection, as the other tests do
+        serial = usage_rollup(start=november, end=december, now=december)
+    one = _rows()
+    settings.ALLOT_USAGE_ROLLUP_WORKERS = 2
+    assert not ran
+    assert usage_rollup(start=november, end=december, now=december) == serial  # outside one: two workers
+    assert ran == [2, 2]  # the two shares of the units, then the two indexes
+    assert _rows() == one and {r[0] for r in one} == {u.pk for u, _ in guarantees}
+    assert sum(r[4] for r in one) == pytest.approx(11 * (24 + 12))  # guarantee-hours up to the watermark
+    assert sum(r[5] for r in one) > 0
+    assert "accounting_usagehour_p202611" in _partitions() and "accounting_usagehour_p202611_new" not in _partitions()
