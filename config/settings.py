@@ -152,6 +152,14 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 # Without a broker, tasks run in-process at enqueue time (the embedded demo default).
 CELERY_TASK_ALWAYS_EAGER = env_bool("ALLOT_CELERY_EAGER", not REDIS_URL)
+# Edits reach the clusters by themselves: on commit of a policy change, every enabled cluster is synced
+# (Slurm: the job_submit snapshot published too) after a short debounce. On by default with a broker;
+# off in the demo (tasks in-process, clusters it cannot reach), where `manage.py allot_sync` does it.
+ALLOT_ENFORCE_ON_CHANGE = env_bool("ALLOT_ENFORCE_ON_CHANGE", bool(REDIS_URL))
+ALLOT_ENFORCE_DELAY_SECONDS = env_int("ALLOT_ENFORCE_DELAY_SECONDS", 10)  # edits within it are one run
+ALLOT_ENFORCE_LOCK_SECONDS = env_int("ALLOT_ENFORCE_LOCK_SECONDS", 900)  # the longest a run may hold its cluster
+# where each Slurm cluster's job_submit snapshot is written ({cluster}: its name; "" = not published)
+ALLOT_SLURM_POLICY_OUT = env_str("ALLOT_SLURM_POLICY_OUT", "")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_STORE_EAGER_RESULT = True  # in-process tasks report their state too (a review build's progress)
 # A task is acknowledged when it finishes, and requeued when its worker dies mid-task (OOM kill, node

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from quotas.models import Cluster, ClusterKind, SyncMode
 from quotas.policy.invariants import validate_tree
 from quotas.selectors import org_snapshot
+from quotas.services.enforce import cluster_enforce
 from quotas.services.sync import cluster_sync
 
 log = logging.getLogger(__name__)
@@ -22,6 +25,19 @@ def cluster_sync_task(cluster_id: int, mode: str = SyncMode.APPLY, reason: str =
     cluster = Cluster.objects.get(pk=cluster_id)
     run = cluster_sync(actor=None, reason=reason, cluster=cluster, mode=mode)
     return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
+@shared_task(name="quotas.tasks.enforce_cluster", bind=True, max_retries=20)
+def enforce_cluster(self: Any, cluster_id: int) -> dict[str, object]:
+    """Queued when a policy change commits (debounced per cluster): sync the cluster and publish its
+    Slurm snapshot. One run per cluster at a time: a busy cluster is retried a little later."""
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
+    if cluster is None:
+        return {"skipped": "cluster gone or disabled"}
+    done = cluster_enforce(cluster=cluster)
+    if done.get("busy"):
+        raise self.retry(countdown=settings.ALLOT_ENFORCE_DELAY_SECONDS or 5)
+    return done
 
 
 @shared_task(name="quotas.tasks.drift_check")

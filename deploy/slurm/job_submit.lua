@@ -5,8 +5,9 @@
 -- re-read at most every RELOAD seconds and swapped in only when its version changes; if it is
 -- missing or broken, the last good one keeps serving. Jobs of root (uid 0) are not checked.
 -- Refuses, with a message saying what to do: an account Allot does not manage or has archived, a
--- QOS the account may not use, more GPUs of a type than the account could ever hold, and an
--- interactive job (salloc/srun) without a time limit within the interactive tier's.
+-- QOS the account may not use or a time limit above the QOS's, more GPUs of a type than the account
+-- could ever hold (counted over every form of GPU request), and an interactive job (salloc/srun)
+-- without a time limit within the interactive tier's.
 
 local POLICY = os.getenv("ALLOT_SLURM_POLICY") or "/etc/slurm/allot-policy.lua"
 local RELOAD = 10
@@ -32,21 +33,40 @@ local function refuse(fmt, ...)
   return slurm.ERROR
 end
 
--- GPUs asked for, per type ("" for untyped), from every tres_per_* field:
--- "gres:gpu:a100:4", "gres/gpu:a100=4", "gres:gpu:4", "gres/gpu=4", several separated by commas.
+local function given(value, none)  -- a count the user set, or nil (unset fields hold NO_VAL / NO_VAL16)
+  if value == nil or value == none or value == slurm.NO_VAL or value == slurm.NO_VAL16 or value < 1 then
+    return nil
+  end
+  return value
+end
+
+-- How many times a per-node / per-task / per-socket request counts for the whole job.
+local function times(job_desc, field)
+  local nodes = given(job_desc.min_nodes) or 1
+  if field == "tres_per_node" then return nodes end
+  if field == "tres_per_task" then
+    local per_node = given(job_desc.ntasks_per_node, slurm.NO_VAL16)
+    return given(job_desc.num_tasks) or (per_node and per_node * nodes) or nodes
+  end
+  if field == "tres_per_socket" then
+    return (given(job_desc.sockets_per_node, slurm.NO_VAL16) or 1) * nodes
+  end
+  return 1  -- tres_per_job (--gpus)
+end
+
+-- GPUs asked for, per type ("" for untyped), from every form a job can ask in: --gres and
+-- --gpus-per-node (per node × nodes), --gpus (per job), --gpus-per-task (× tasks), --gpus-per-socket
+-- (× sockets per node × nodes). Items look like "gres:gpu:a100:4", "gres/gpu:a100=4", "gres:gpu:4",
+-- "gres/gpu=4", several separated by commas.
 local function gpus(job_desc)
   local found = {}
-  local nodes = job_desc.min_nodes
-  if nodes == nil or nodes == slurm.NO_VAL or nodes < 1 then nodes = 1 end
   for _, field in ipairs({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}) do
     local spec = job_desc[field]
     if spec ~= nil and spec ~= "" then
       for item in string.gmatch(spec, "[^,]+") do
         local kind, count = string.match(item, "^gres[:/]gpu:?([%w%-_]*)[:=](%d+)$")
         if count ~= nil then
-          local n = tonumber(count)
-          if field == "tres_per_node" then n = n * nodes end
-          found[kind] = (found[kind] or 0) + n
+          found[kind] = (found[kind] or 0) + tonumber(count) * times(job_desc, field)
         end
       end
     end
@@ -81,14 +101,24 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if not allowed then
       return refuse("account %s may not use QOS %s; it may use: %s", name, qos, table.concat(account.qos, ", "))
     end
+    local wall = (p.qos_max_minutes or {})[string.lower(qos)]
+    local asked = given(job_desc.time_limit)
+    if wall ~= nil and asked ~= nil and asked > wall then
+      return refuse("QOS %s allows jobs of at most %d minutes (%d asked): add -t %d or less, or use another QOS",
+        qos, wall, asked, wall)
+    end
   end
   local most = 0
   for _, limit in pairs(account.gpus) do if limit > most then most = limit end end
   for kind, count in pairs(gpus(job_desc)) do
     local limit = most
     if kind ~= "" then limit = account.gpus[kind] or 0 end
+    local what = kind ~= "" and (string.upper(kind) .. " ") or ""
+    if limit == 0 then
+      return refuse("account %s (%s) has no %sGPU quota: ask your team lead for one in Allot, or use another account",
+        name, account.path, what)
+    end
     if count > limit then
-      local what = kind ~= "" and (kind .. " ") or ""
       return refuse("%d %sGPUs is more than account %s (%s) can ever hold: %d; ask for at most %d or request a larger quota",
         count, what, name, account.path, limit, limit)
     end

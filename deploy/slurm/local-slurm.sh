@@ -289,6 +289,8 @@ PriorityWeightPartition=0
 # preemption: QOS based, preempted jobs are requeued
 PreemptType=preempt/qos
 PreemptMode=REQUEUE
+# Allot's submission check, kept across restarts once deploy/slurm/install-job-submit.sh installed it
+$([ -f "$ETC/job_submit.lua" ] && echo "JobSubmitPlugins=lua" || echo "# (no job_submit.lua installed)")
 # generic resources
 GresTypes=gpu
 NodeName=$NODE NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$GPUS State=UNKNOWN

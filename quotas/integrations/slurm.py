@@ -11,10 +11,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from quotas.policy.slurm.model import SlurmAccount, SlurmQos, SlurmUser
+from quotas.policy.slurm.model import ACCOUNT_LIMITS, QOS_LIMITS, SlurmAccount, SlurmQos, SlurmUser
 from quotas.policy.slurm.parse import parse_assoc, parse_qos
 
-ASSOC_FORMAT = ["Cluster", "Account", "User", "ParentName", "Share", "QOS", "DefaultQOS"]
+ASSOC_FORMAT = ["Cluster", "Account", "User", "ParentName", "Share", "QOS", "DefaultQOS", *ACCOUNT_LIMITS]
 QOS_FORMAT = [
     "Name",
     "Description",
@@ -27,6 +27,7 @@ QOS_FORMAT = [
     "GrpTRES",
     "MaxWall",
     "Flags",
+    *QOS_LIMITS,
 ]
 
 

@@ -27,6 +27,7 @@ from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import quota_bars, stacked_capacity
+from quotas.services.enforce import POLICY_ACTIONS, enforced_by
 
 
 @login_required
@@ -192,8 +193,10 @@ def _tiers(unit: OrgUnit) -> list[str]:
 @login_required
 def unit_history(request: HttpRequest, unit_id: int) -> HttpResponse:
     unit = _unit_or_404(unit_id)
-    events = AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:200]
-    return render(request, "quotas/history.html", {"unit": unit, "events": [_diff(e) for e in events]})
+    events = list(AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:200])
+    runs = enforced_by(events)
+    rows = [{**_diff(e), "runs": runs.get(e.pk), "policy": e.action in POLICY_ACTIONS} for e in events]
+    return render(request, "quotas/history.html", {"unit": unit, "events": rows})
 
 
 def _diff(event: AuditEvent) -> dict[str, Any]:

@@ -50,7 +50,11 @@ def audit_event(
 
 
 def audit_write(events: list[AuditEvent]) -> list[AuditEvent]:
-    return AuditEvent.objects.bulk_create(events)
+    from quotas.services.enforce import enforce_soon
+
+    written = AuditEvent.objects.bulk_create(events)
+    enforce_soon(written)  # a policy change reaches the clusters by itself once it commits
+    return written
 
 
 def changed_fields(obj: object, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

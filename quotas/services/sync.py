@@ -57,7 +57,7 @@ from quotas.policy.slurm.diff import Command as SlurmCommand
 from quotas.policy.slurm.diff import Step as SlurmStep
 from quotas.policy.slurm.diff import batch as slurm_batch
 from quotas.policy.slurm.diff import check_tres, plan_slurm
-from quotas.selectors import kueue_target, org_snapshot, slurm_desired
+from quotas.selectors import kueue_target, org_snapshot, policy_revision, slurm_desired
 
 from .audit import Actor, audit_event, audit_write, require_reason
 
@@ -420,6 +420,7 @@ def slurm_sync(
             started_at=timezone.now(),
             reason=reason,
             actor_name=getattr(actor, "username", "") or "system",
+            revision=policy_revision(),  # the policy it compiles: the history links each change to it
         )
     )
     runner = runner or Sacctmgr()

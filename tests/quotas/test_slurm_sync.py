@@ -188,7 +188,7 @@ def test_submissions_are_checked_by_job_submit_lua_against_the_published_snapsho
     assert ok.returncode == 0 and "Submitted batch job" in ok.stdout, ok.stderr
     too_big = _sh("sbatch", "-A", "nlp", "--gres=gpu:a100:7", "-t", "1", "--wrap", "true", user="alice")
     assert too_big.returncode != 0
-    assert "Allot: 7 a100 GPUs is more than account nlp (acme/research/nlp) can ever hold: 6" in too_big.stderr
+    assert "Allot: 7 A100 GPUs is more than account nlp (acme/research/nlp) can ever hold: 6" in too_big.stderr
     wrong_qos = _sh("sbatch", "-A", "nlp", "-q", "guar-vision", "-t", "1", "--wrap", "true", user="alice")
     assert wrong_qos.returncode != 0 and "account nlp may not use QOS guar-vision" in wrong_qos.stderr
     long_session = _sh("salloc", "--no-shell", "-A", "nlp", "-t", "300", user="alice")
@@ -454,6 +454,12 @@ def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(
 
     from quotas.services.slurm_policy import slurm_policy_publish
 
+    out = Path(__file__).resolve().parents[2] / "artifacts"
+    (out / "reclamation.json").unlink(missing_ok=True)  # a failed run leaves no earlier figures behind
+    assert cluster_sync(actor=lab.admin, reason="the fixture's tree first", cluster=lab.slurm).status in (
+        SyncStatus.APPLIED,
+        SyncStatus.IN_SYNC,
+    )  # whatever an earlier run left (its burst, its members) is undone, so the edits below are applied
     fast = services.contract_set(
         actor=lab.admin, reason="t", name="fast-reclaim", reclaim_within=60, grace_period=10, min_run_window=10
     )
@@ -513,7 +519,6 @@ def test_reclamation_a_burst_job_is_requeued_when_the_owner_needs_its_guarantee(
             "grace_period_s": fast.grace_period,
             "within_contract": reclaim_s <= fast.reclaim_within,
         }
-        out = Path(__file__).resolve().parents[2] / "artifacts"
         out.mkdir(exist_ok=True)
         (out / "reclamation.json").write_text(json.dumps(figures, indent=1) + "\n")
         print(f"reclamation: {figures}")
@@ -592,3 +597,160 @@ def test_a_members_default_account_follows_the_tree(lab):
 
 def _default(user):
     return _sh("sacctmgr", "-n", "-P", "show", "user", user, "format=DefaultAccount", check=True).stdout.strip()
+
+
+def test_limits_allot_never_sets_are_drift_and_a_sites_qos_is_never_allots_by_its_name(lab):
+    """Out-of-band limits on Allot's account and QOS are reported, then removed under `correct`; a site
+    QOS named like Allot's (guar-rogue) survives every sync."""
+    from quotas.models import DriftPolicy
+
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
+        SyncStatus.APPLIED,
+        SyncStatus.IN_SYNC,
+    )
+    _sh("sacctmgr", "-i", "add", "qos", "guar-rogue", "Description=reserved for the vendor", check=True)
+    try:
+        _sh("sacctmgr", "-i", "modify", "account", "nlp", "set", "GrpTRES=gres/gpu:a100=1", "MaxJobs=1", check=True)
+        _sh(
+            "sacctmgr", "-i", "modify", "qos", "guar-vision", "set", "MaxTRESPerUser=gres/gpu:a100=1",
+            "Flags=DenyOnLimit", check=True,
+        )  # fmt: skip
+        report = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
+        drifted = {o.name: o for o in SyncObject.objects.filter(run=report, outcome=SyncOutcome.DRIFT)}
+        assert report.status == SyncStatus.DRIFT and set(drifted) == {"nlp", "guar-vision"}, report.message
+        assert {c["path"] for c in drifted["nlp"].changes} == {"limits"}
+        assert drifted["nlp"].changes[0]["actual"] == {"grptres": "gres/gpu:a100=1", "maxjobs": "1"}
+        assert {c["path"] for c in drifted["guar-vision"].changes} == {"flags", "limits"}
+        services.cluster_set(
+            actor=lab.admin, reason="t", name=lab.slurm.name, kind=ClusterKind.SLURM,
+            connection_ref=lab.slurm.connection_ref, drift_policy=DriftPolicy.CORRECT,
+        )  # fmt: skip
+        lab.slurm.refresh_from_db()
+        corrected = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
+        assert corrected.status == SyncStatus.APPLIED, corrected.message
+        accounts, _, qos, _ = Sacctmgr().read("lab")
+        assert {a.name: a for a in accounts}["nlp"].limits == {}
+        vision = {q.name: q for q in qos}["guar-vision"]
+        assert (vision.flags, vision.limits) == ((), {})
+        assert "guar-rogue" in {q.name for q in qos}  # the site's, for all its name
+        again = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
+        assert again.status == SyncStatus.IN_SYNC, again.message
+    finally:
+        _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-rogue")
+
+
+def test_the_dry_run_prints_the_partial_dump_it_would_load(lab, capsys):
+    from django.core.management import call_command
+
+    cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    unit = services.org_unit_create(actor=lab.admin, reason="t", parent=lab.ops, kind="team", slug="dumped")
+    services.quota_set(
+        actor=lab.admin, reason="t", unit_id=unit.pk, flavor_id=lab.slurm_flavor.pk, resource=Resource.GPU, guarantee=1
+    )
+    services.membership_add(actor=lab.admin, reason="t", unit=unit, slurm_username="bob")
+    call_command("allot_sync", "--cluster", lab.slurm.name, "--dry-run", "--reason", "look")
+    out = capsys.readouterr().out
+    assert "the partial dump below" in out
+    assert "        Parent - 'ops'" in out and "        Account - 'dumped'" in out
+    assert "        Parent - 'dumped'" in out and "        User - 'bob':DefaultAccount='dumped'" in out
+
+
+# Every form a job can ask for GPUs in, as real sbatch submissions, against vision (ceiling 2 A100:
+# guarantee 1 + burst 1). (argv, GPUs the job asks for in all); above 2 job_submit.lua must refuse.
+GPU_REQUESTS = [
+    (("--gres=gpu:a100:2",), 2),
+    (("--gres=gpu:a100:3",), 3),
+    (("--gres=gpu:3",), 3),  # untyped: the account's largest ceiling of any type
+    (("-N", "2", "--gres=gpu:a100:2"), 4),  # per node × nodes
+    (("--gpus=a100:2",), 2),
+    (("--gpus=3",), 3),
+    (("--gpus-per-node=a100:2",), 2),
+    (("-N", "2", "--gpus-per-node=2"), 4),
+    (("-n", "2", "--gpus-per-task=a100:1"), 2),
+    (("-n", "2", "--gpus-per-task=3"), 6),  # the issue's bypass: 6 GPUs on a ceiling of 4
+    (("--ntasks-per-node=3", "--gpus-per-task=a100:1"), 3),  # tasks from tasks per node
+    (("--sockets-per-node=2", "--gpus-per-socket=a100:2"), 4),  # per socket × sockets × nodes
+]
+
+
+def test_every_form_of_gpu_request_is_counted_against_the_ceiling_and_a_tier_refuses_long_jobs(lab):
+    import time
+    from pathlib import Path
+
+    from quotas.services.slurm_policy import slurm_policy_publish
+
+    services.tier_set(
+        actor=lab.admin, reason="t", name="P2", display_name="Interactive", priority=1000, max_runtime=4 * 3600
+    )
+    cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    assert policy["accounts"]["vision"]["gpus"] == {"a100": 2} and policy["qos_max_minutes"] == {"tier-p2": 240}
+    assert _sh("bash", "deploy/slurm/install-job-submit.sh").returncode == 0
+    time.sleep(2)
+    held = []
+    try:
+        for extra, asked in GPU_REQUESTS:
+            done = _sh(
+                "sbatch", "-A", "vision", "-H", "-t", "5", "--chdir=/tmp", "-o", "/dev/null", *extra,
+                "--wrap", "true", user="bob",
+            )  # fmt: skip
+            if asked <= 2:
+                assert done.returncode == 0, (extra, done.stderr)
+                held.append(done.stdout.split()[-1])
+            else:
+                assert done.returncode != 0 and f"Allot: {asked} " in done.stderr, (extra, done.stderr)
+                assert "account vision (acme/research/vision) can ever hold: 2" in done.stderr, (extra, done.stderr)
+        long = _sh("sbatch", "-A", "vision", "-H", "--qos=tier-p2", "-t", "300", "--wrap", "true", user="bob")
+        assert long.returncode != 0 and "QOS tier-p2 allows jobs of at most 240 minutes (300 asked)" in long.stderr
+        services.quota_set(
+            actor=lab.admin, reason="t", unit_id=lab.ops.pk, flavor_id=lab.slurm_flavor.pk, resource=Resource.GPU,
+            guarantee=0,
+        )  # fmt: skip
+        services.membership_add(actor=lab.admin, reason="t", unit=lab.ops, slurm_username="bob")
+        cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+        slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+        for _ in range(30):  # job_submit.lua looks for a new snapshot every 10 s
+            none = _sh("sbatch", "-A", "ops", "-H", "--gres=gpu:a100:1", "-t", "5", "--wrap", "true", user="bob")
+            if none.returncode == 0:
+                held.append(none.stdout.split()[-1])
+                time.sleep(1)
+                continue
+            break
+        assert "account ops (acme/ops) has no A100 GPU quota: ask your team lead for one in Allot" in none.stderr
+    finally:  # leave a clean cluster: no job left that would block the next test's sync
+        for job in held:
+            _sh("scancel", job)
+        for job in held:
+            _wait(job, {""}, seconds=60)
+
+
+def test_a_saved_edit_reaches_slurm_and_its_snapshot_by_itself_linked_from_the_history(
+    lab, settings, tmp_path, monkeypatch, django_capture_on_commit_callbacks, admin_client
+):
+    import json
+
+    from quotas.tasks import enforce_cluster
+
+    services.cluster_set(actor=lab.admin, reason="t", name=lab.cluster.name, enabled=False)  # only Slurm here
+    first = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    assert first.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), [
+        (o.name, o.outcome, o.message) for o in SyncObject.objects.filter(run=first)
+    ]
+    settings.ALLOT_ENFORCE_ON_CHANGE = True
+    settings.ALLOT_SLURM_POLICY_OUT = str(tmp_path / "{cluster}-policy")
+    from django.core.cache import cache
+
+    cache.clear()
+    monkeypatch.setattr(enforce_cluster, "apply_async", lambda args, countdown: enforce_cluster.apply(args=args))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.quota_set(
+            actor=lab.admin, reason="more for nlp", unit_id=lab.nlp.pk, flavor_id=lab.slurm_flavor.pk,
+            resource=Resource.GPU, guarantee=5,
+        )  # fmt: skip
+    _, _, qos, _ = Sacctmgr().read("lab")
+    assert {q.name: q for q in qos}["guar-nlp"].grp_tres == {"gres/gpu:a100": 3}  # 5 less llm's 2: no command run
+    published = json.loads((tmp_path / "slurm-lab-policy.json").read_text())
+    assert published["accounts"]["nlp"]["gpus"] == {"a100": 7}
+    run = SyncRun.objects.filter(cluster=lab.slurm, reason__startswith="enforce").latest("id")
+    page = admin_client.get(f"/units/{lab.nlp.pk}/history/").content.decode()
+    assert f"slurm-lab: run {run.pk}" in page and f"/sync-runs/{run.pk}/" in page

@@ -46,6 +46,10 @@ class Command(BaseCommand):
             self.stdout.write(f"  {obj.outcome:<13} {where}{': ' + obj.message if obj.message else ''}")
             for change in obj.changes:
                 self.stdout.write(f"      {change['path']}: {change['actual']!r} → {change['desired']!r}")
+            if (obj.details or {}).get("file"):  # the partial dump a `sacctmgr -i load` reads
+                self.stdout.write("      the partial dump below, as `sacctmgr -i load file=<it>` reads it:")
+                for line in obj.details["file"].splitlines():
+                    self.stdout.write(f"        {line}")
         summary = ", ".join(f"{n} {outcome}" for outcome, n in run.counts.items()) or "no objects"
         self.stdout.write(
             f"sync run {run.pk} of {cluster.name} ({run.mode}): {run.get_status_display()}. {summary}. {run.message}"

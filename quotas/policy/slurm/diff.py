@@ -14,9 +14,10 @@ Two layers:
 Order (NOTES.md §6): QOS (preemptees before preemptors), accounts top-down, user associations;
 then deletions bottom-up (users, accounts children-first, QOS no longer referenced). Only objects
 Allot manages are ever modified or deleted: accounts whose description Allot wrote (``<kind>
-<path>``) and QOS named ``guar-*`` / ``burst-*`` / ``tier-*``. Anything else with one of our names
-is reported, never touched. ``show assoc`` prints *effective* QOS lists (inherited from the parent,
-pitfall P3), so desired lists are compared after the same inheritance.
+<path>``) and QOS whose description Allot wrote (``allot: …``) — never by name alone: a site's
+``guar-rogue`` is the site's. Anything else with one of our names is reported, never touched.
+``show assoc`` prints *effective* QOS lists (inherited from the parent, pitfall P3), so desired lists
+are compared after the same inheritance.
 """
 
 from __future__ import annotations
@@ -27,11 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kueue.diff import FieldChange
-from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
+from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser, clear_limits
 from .render import account_line, clear_tres, qos_settings, user_line
 
 OURS = re.compile(r"^organisation [a-z0-9-]+$|^(department|team|project) [a-z0-9-]+(/[a-z0-9-]+)+$")
-OUR_QOS = re.compile(r"^(guar|burst|tier)-")
+QOS_MARK = "allot:"
+"""Every QOS description Allot writes starts with this (translate.py): how a QOS is known to be Allot's."""
+
+
+def ours_qos(qos: SlurmQos) -> bool:
+    return qos.description.startswith(QOS_MARK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +108,8 @@ def plan_slurm(
     """``descriptions``: actual account descriptions (``show account``), to tell ours from the site's.
     Returns the per-object commands in dependency order and the objects refused (not ours)."""
     cluster = desired.cluster
-    commands = _qos_commands(desired.qos, {q.name: q for q in qos})
     refusals: list[Problem] = []
+    commands = _qos_commands(desired.qos, {q.name: q for q in qos}, refusals)
     actual_accounts = {a.name: a for a in accounts}
     want_effective = effective_qos(desired.accounts)
     have_effective = {a.name: a.qos for a in accounts}
@@ -131,6 +137,10 @@ def plan_slurm(
             changes.append(FieldChange("defaultqos", want.default_qos, have.default_qos))
         if qos_differs or (want.qos and have.default_qos != want.default_qos):
             changed += [f"QOS={','.join(want.qos)}", f"DefaultQOS={want.default_qos or '-1'}"]
+        limits = _set_here(have, actual_accounts)
+        if limits:  # a limit Allot never sets (a GrpTRES, MaxJobs, …) changes what jobs may run
+            changes.append(FieldChange("limits", {}, limits))
+            changed += clear_limits(limits)
         if changes:
             argv = ("modify", "account", "where", f"name={want.name}", f"cluster={cluster}", "set", *changed)
             commands.append(Command("account", want.name, "modify", argv, tuple(changes), tuple(changed)))
@@ -149,6 +159,14 @@ def plan_slurm(
     commands += _default_accounts(desired, accounts, users, descriptions)
     commands += _deletions(desired, accounts, users, qos, descriptions, cluster)
     return commands, refusals
+
+
+def _set_here(account: SlurmAccount, accounts: dict[str, SlurmAccount]) -> dict[str, str]:
+    """The limits set on ``account`` itself: ``show assoc`` prints a parent's Max* limits on every
+    account under it too, and clearing the parent's clears those."""
+    parent = accounts.get(account.parent)
+    inherited = parent.limits if parent else {}
+    return {k: v for k, v in account.limits.items() if inherited.get(k) != v}
 
 
 def _default_accounts(
@@ -170,8 +188,9 @@ def _default_accounts(
     return found
 
 
-def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos]) -> list[Command]:
-    """Preemptees (burst, tier) first, then the guarantees whose ``Preempt=`` names them."""
+def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos], refusals: list[Problem]) -> list[Command]:
+    """Preemptees (burst, tier) first, then the guarantees whose ``Preempt=`` names them. A QOS with
+    one of our names that Allot did not write is refused (added to ``refusals``), not changed."""
     found = []
     for want in desired:
         phase = "1-guarantee" if want.preempt else "0-preemptee"
@@ -180,6 +199,16 @@ def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos]) -> l
             settings = tuple(qos_settings(want, adding=True))
             argv = ("add", "qos", want.name, *settings)
             found.append(Command("qos", want.name, "add", argv, settings=settings, scope=phase, obj=want))
+            continue
+        if not ours_qos(have):
+            refusals.append(
+                Problem(
+                    "qos",
+                    want.name,
+                    f"exists but was not created by Allot (its description {have.description!r} does not start "
+                    f"with {QOS_MARK!r}): left alone; rename or delete the site's QOS, then sync again",
+                )
+            )
             continue
         pairs = [
             FieldChange(path, w, h)
@@ -193,6 +222,8 @@ def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos]) -> l
                 ("usagefactor", round(want.usage_factor, 6), round(have.usage_factor, 6)),
                 ("grptres", dict(want.grp_tres), dict(have.grp_tres)),
                 ("maxwall", want.max_wall_min, have.max_wall_min),
+                ("flags", tuple(sorted(f.lower() for f in want.flags)), have.flags),
+                ("limits", dict(want.limits), dict(have.limits)),
             )
             if w != h
         ]
@@ -202,7 +233,7 @@ def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos]) -> l
                 clear_tres(want.grp_tres, have.grp_tres) if s.startswith("GrpTRES=") else s
                 for s in qos_settings(want)
                 if s.split("=", 1)[0].lower() in differs
-            )
+            ) + (clear_limits(have.limits) if "limits" in differs else ())
             argv = ("modify", "qos", "where", f"name={want.name}", "set", *changed)
             found.append(Command("qos", want.name, "modify", argv, tuple(pairs), changed, phase, want))
     return sorted(found, key=lambda c: (c.scope, c.action != "add"))
@@ -264,7 +295,7 @@ def _deletions(
     found += [
         Command("qos", q.name, "delete", ("delete", "qos", "where", f"name={q.name}"))
         for q in sorted(qos, key=lambda q: q.name)
-        if OUR_QOS.match(q.name) and q.name not in wanted_qos
+        if ours_qos(q) and q.name not in wanted_qos
     ]
     return found
 

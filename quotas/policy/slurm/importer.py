@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..snapshot import UnitKind
 from .diff import OURS
@@ -127,6 +127,7 @@ def read_slurm(
     found = SlurmImport()
     by_qos = {q.name: q for q in qos}
     parents = {a.name: a.parent for a in accounts}
+    accounts = _set_here(accounts)
     skipped: set[str] = set()
     for account in accounts:
         if not _UNIT_SLUG.match(account.name):
@@ -196,6 +197,17 @@ def read_slurm(
     return found
 
 
+def _set_here(accounts: Sequence[SlurmAccount]) -> list[SlurmAccount]:
+    """The QOS set at each level. ``show assoc`` prints an account's *effective* list: one that sets
+    none shows its parent's (pitfall P3), and reading that as its own counts the parent's guarantee
+    twice. A list equal to the parent's is the parent's."""
+    printed = {a.name: a.qos for a in accounts}
+    return [
+        replace(a, qos=(), default_qos="") if a.parent in printed and a.qos == printed[a.parent] else a
+        for a in accounts
+    ]
+
+
 def _limits(
     found: SlurmImport,
     unit: SlurmImportedUnit,
@@ -212,7 +224,7 @@ def _limits(
     else:
         for name in account.qos:
             site = by_qos.get(name)
-            if site is not None and not name.startswith(("burst-", "tier-")) and name != "normal":
+            if site is not None and not name.startswith(("guar-", "burst-", "tier-")) and name != "normal":
                 gpus = _gpus(found, site, flavors)
                 if gpus and not unit.guarantee:
                     unit.guarantee, site_guarantee = gpus, name

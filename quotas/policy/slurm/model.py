@@ -16,6 +16,8 @@ class SlurmAccount:
     qos: tuple[str, ...] = ()
     """Sorted: Slurm prints QOS lists alphabetically."""
     default_qos: str = ""
+    limits: Mapping[str, str] = field(default_factory=dict)
+    """Limits Allot never sets on an account (``ACCOUNT_LIMITS``), as read: any is drift."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,38 @@ class SlurmQos:
     grp_tres: Mapping[str, int] = field(default_factory=dict)
     max_wall_min: int | None = None
     flags: tuple[str, ...] = ()
+    """As sacctmgr spells them (``DenyOnLimit``); compared without case."""
+    limits: Mapping[str, str] = field(default_factory=dict)
+    """Limits Allot never sets on a QOS (``QOS_LIMITS``), as read: any is drift."""
+
+
+# Limits that change what jobs may run and that Allot never sets: on an Allot-owned account or QOS,
+# any of them is drift (reported; removed when the drift policy is ``correct``). Names as sacctmgr's
+# ``format=`` and ``set`` take them; those holding TRES are cleared one TRES at a time.
+ACCOUNT_LIMITS = (
+    "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpTRESMins", "GrpTRESRunMins", "GrpWall",
+    "MaxJobs", "MaxSubmitJobs", "MaxTRES", "MaxTRESPerNode", "MaxTRESMins", "MaxWall",
+)  # fmt: skip
+QOS_LIMITS = (
+    "MaxTRESPerUser", "MaxTRESPerAccount", "MaxTRES", "MaxTRESPerNode", "MaxTRESMins", "MinTRES",
+    "MaxJobsPerUser", "MaxSubmitJobsPerUser", "MaxJobsPerAccount", "MaxSubmitJobsPerAccount",
+    "GrpJobs", "GrpSubmitJobs", "GrpTRESMins", "GrpTRESRunMins", "GrpWall",
+)  # fmt: skip
+TRES_LIMITS = frozenset(n.lower() for n in (*ACCOUNT_LIMITS, *QOS_LIMITS) if "TRES" in n)
+
+
+def clear_limits(limits: Mapping[str, str]) -> tuple[str, ...]:
+    """``set`` arguments that remove ``limits`` (lowercase names as read): ``-1`` for a count or a
+    time, ``<tres>=-1`` for each TRES of a TRES limit."""
+    names = {n.lower(): n for n in (*ACCOUNT_LIMITS, *QOS_LIMITS)}
+    found = []
+    for key, value in sorted(limits.items()):
+        name = names.get(key, key)
+        if key in TRES_LIMITS:
+            found.append(f"{name}=" + ",".join(f"{t.split('=', 1)[0]}=-1" for t in value.split(",") if "=" in t))
+        else:
+            found.append(f"{name}=-1")
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)

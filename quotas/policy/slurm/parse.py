@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .model import SlurmAccount, SlurmQos, SlurmUser
+from .model import ACCOUNT_LIMITS, QOS_LIMITS, SlurmAccount, SlurmQos, SlurmUser
 
 HEADER_ALIASES = {
     "def qos": "defaultqos",
@@ -69,9 +69,15 @@ def parse_assoc(text: str, columns: Sequence[str] | None = None) -> tuple[list[S
                     "",
                     qos,
                     row.get("defaultqos", "").lower(),
+                    _limits(row, ACCOUNT_LIMITS),
                 )
             )
     return accounts, users
+
+
+def _limits(row: dict[str, str], names: Sequence[str]) -> dict[str, str]:
+    """The limits of ``names`` that are set in ``row`` (lowercase name → value as printed)."""
+    return {n.lower(): row[n.lower()].lower() for n in names if row.get(n.lower(), "").strip()}
 
 
 def parse_qos(text: str, columns: Sequence[str] | None = None) -> list[SlurmQos]:
@@ -90,6 +96,7 @@ def parse_qos(text: str, columns: Sequence[str] | None = None) -> list[SlurmQos]
                 grp_tres=parse_tres(row.get("grptres", "")),
                 max_wall_min=parse_time(row["maxwall"]) // 60 if row.get("maxwall") else None,
                 flags=tuple(sorted(f for f in row.get("flags", "").lower().split(",") if f)),
+                limits=_limits(row, QOS_LIMITS),
             )
         )
     return found

@@ -46,6 +46,7 @@ def qos_settings(qos: SlurmQos, *, adding: bool = False) -> list[str]:
         f"UsageFactor={qos.usage_factor:g}",
         f"GrpTRES={tres(qos.grp_tres)}" if qos.grp_tres else "GrpTRES=-1",
         f"MaxWall={qos.max_wall_min}" if qos.max_wall_min else "MaxWall=-1",
+        f"Flags={','.join(qos.flags)}" if qos.flags else "Flags=-1",
     ]
     if adding:
         settings = [s for s in settings if not s.endswith(("=", "=-1"))]

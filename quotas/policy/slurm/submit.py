@@ -3,7 +3,8 @@
 job_submit.lua runs inside slurmctld holding its locks, so it must never call out: Allot publishes
 everything it needs as a Lua data file (``loadfile`` returns a table) and the same content as JSON.
 Per managed account: the QOS it may use and the most GPUs of each type it can ever hold (its
-effective ceiling); the accounts of archived units; the interactive tier's time limit.
+effective ceiling); the accounts of archived units; the interactive tier's time limit; each QOS's
+time limit (a job asking for more is refused with the limit, not left pending).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def submit_policy(
         "accounts": dict(sorted(accounts.items())),
         "archived": sorted({a.lower() for a in archived} - set(accounts)),
         "interactive_max_minutes": min(limits) // 60 if limits else None,
+        "qos_max_minutes": {q.name: q.max_wall_min for q in sorted(state.qos, key=lambda q: q.name) if q.max_wall_min},
     }
 
 

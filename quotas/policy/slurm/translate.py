@@ -12,7 +12,8 @@ Mapping (docs/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
 * a unit's burst → QOS ``burst-<account>``: ``GrpTRES`` = burst, low priority,
   ``PreemptMode=requeue``, ``GraceTime`` and ``PreemptExemptTime`` from its contract (grace period,
   minimum run window), ``UsageFactor=0.5`` (borrowed time counts half in fair-share);
-* a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall``; every
+* a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall`` and
+  ``Flags=DenyOnLimit`` (a job asking for more is refused at submission, not left pending forever); every
   account with QOS of its own may use it (it is never the default); a preemptible tier's QOS is
   requeued like burst;
 * each account may use its own QOS (``DefaultQOS`` = its guarantee QOS);
@@ -188,6 +189,7 @@ def _tier_qos(snapshot: OrgSnapshot) -> list[SlurmQos]:
                 BURST_PRIORITY if tier.preemptible else GUARANTEE_PRIORITY,
                 preempt_mode="requeue" if tier.preemptible else "cluster",
                 max_wall_min=-(-tier.max_runtime_s // 60),
+                flags=("DenyOnLimit",),
             )
         )
     return found

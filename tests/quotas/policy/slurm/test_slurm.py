@@ -329,3 +329,87 @@ def test_default_accounts_are_set_where_they_are_not_allots_choice_unless_the_si
     add = next(i for i, s in enumerate(steps) if s.argv[:3] == ("add", "user", "alice"))
     modify = next(i for i, s in enumerate(steps) if s.argv[:2] == ("modify", "user"))
     assert add < modify  # alice@llm exists before it becomes her default
+
+
+def _as_read(state, **changes):
+    """The cluster as ``show assoc`` / ``show qos`` would print ``state`` once applied (flags lowercased),
+    with ``changes`` (name → fields) made out of band."""
+    from dataclasses import replace
+
+    qos = [replace(q, **{"flags": tuple(f.lower() for f in q.flags), **changes.get(q.name, {})}) for q in state.qos]
+    accounts = [replace(a, **changes.get(a.name, {})) for a in state.accounts]
+    return accounts, qos, {a.name: a.description for a in state.accounts}
+
+
+def test_a_sites_qos_with_one_of_our_names_or_prefixes_is_never_changed_or_deleted():
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    accounts, qos, descriptions = _as_read(state)
+    rogue = SlurmQos("guar-rogue", "site: reserved for the vendor", 50)  # not Allot's: its description says so
+    stale = SlurmQos("burst-gone", "allot: borrowed gpus, requeued on reclaim", 10)  # Allot's, no longer wanted
+    hijacked = SlurmQos("guar-ops", "hand-made by an admin", 5, grp_tres={"gres/gpu:h100": 1})
+    qos = [q for q in qos if q.name != "guar-ops"] + [rogue, stale, hijacked]
+    commands, refusals = plan_slurm(state, accounts, state.users, qos, descriptions=descriptions)
+    deleted = [c.name for c in commands if c.action == "delete"]
+    assert deleted == ["burst-gone"]  # guar-rogue stays: a name prefix does not make a QOS ours
+    assert not [c for c in commands if c.name == "guar-ops"]
+    [refused] = refusals
+    assert (refused.kind, refused.name) == ("qos", "guar-ops") and "not created by Allot" in refused.message
+
+
+def test_limits_allot_never_sets_on_its_accounts_and_qos_are_drift_and_are_cleared():
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    accounts, qos, descriptions = _as_read(
+        state,
+        nlp={"limits": {"grptres": "gres/gpu:h100=1", "maxjobs": "1"}},
+        **{"guar-research": {"flags": ("denyonlimit",), "limits": {"maxtresperuser": "gres/gpu:h100=1"}}},
+    )
+    commands, refusals = plan_slurm(state, accounts, state.users, qos, descriptions=descriptions)
+    assert refusals == []
+    by_name = {c.name: c for c in commands}
+    assert set(by_name) == {"nlp", "guar-research"}  # nothing else drifted
+    nlp = by_name["nlp"]
+    assert [(c.path, c.desired, c.actual) for c in nlp.changes] == [
+        ("limits", {}, {"grptres": "gres/gpu:h100=1", "maxjobs": "1"})
+    ]
+    assert nlp.argv[-2:] == ("GrpTRES=gres/gpu:h100=-1", "MaxJobs=-1")
+    guar = by_name["guar-research"]
+    assert [c.path for c in guar.changes] == ["flags", "limits"]
+    assert guar.argv[-2:] == ("Flags=-1", "MaxTRESPerUser=gres/gpu:h100=-1")
+    accounts, qos, _ = _as_read(state)
+    again, _ = plan_slurm(state, accounts, state.users, qos, descriptions=descriptions)
+    assert again == []  # once cleared: in sync
+
+
+def test_a_tier_qos_refuses_at_submission_what_it_would_leave_pending_forever():
+    snapshot, target = tree()
+    tiers = {"P2": Tier("P2", 1000, False, 4 * 3600, display_name="Interactive")}
+    state = compile_slurm(snapshot.__class__(**{**snapshot.__dict__, "tiers": tiers}), target)
+    tier = next(q for q in state.qos if q.name == "tier-p2")
+    assert tier.flags == ("DenyOnLimit",) and all(not q.flags for q in state.qos if q is not tier)
+    assert "Flags=DenyOnLimit" in qos_script(state)
+    accounts, qos, descriptions = _as_read(state, **{"tier-p2": {"flags": ()}})  # someone removed the flag
+    [fix] = plan_slurm(state, accounts, state.users, qos, descriptions=descriptions)[0]
+    assert fix.argv == ("modify", "qos", "where", "name=tier-p2", "set", "Flags=DenyOnLimit")
+
+
+def test_an_account_that_sets_no_qos_of_its_own_is_not_read_as_holding_its_parents_guarantee():
+    """``show assoc`` prints inherited QOS lists: a site account under nlp shows burst-nlp,guar-nlp."""
+    from dataclasses import replace
+
+    from quotas.policy.slurm.diff import effective_qos
+    from quotas.policy.slurm.importer import read_slurm
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    shown = effective_qos(state.accounts)
+    accounts = [replace(a, qos=shown[a.name]) for a in state.accounts]
+    sitex = SlurmAccount("sitex", "nlp", 1, "", "", shown["nlp"], "")  # sacctmgr add account sitex parent=nlp
+    descriptions = {a.name: a.description for a in state.accounts}
+    before = read_slurm(accounts, [], state.qos, flavors=["h100", "a100"], descriptions=descriptions)
+    after = read_slurm([*accounts, sitex], [], state.qos, flavors=["h100", "a100"], descriptions=descriptions)
+    assert after.units["sitex"].guarantee == {} and after.units["sitex"].burst == {}
+    for name in ("acme", "research", "nlp"):
+        assert after.units[name].guarantee == before.units[name].guarantee  # nlp's not counted twice
+    assert before.units["nlp"].guarantee == {"h100": 24, "a100": 2}
