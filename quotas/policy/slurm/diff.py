@@ -222,7 +222,7 @@ def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos], refu
                 ("usagefactor", round(want.usage_factor, 6), round(have.usage_factor, 6)),
                 ("grptres", dict(want.grp_tres), dict(have.grp_tres)),
                 ("maxwall", want.max_wall_min, have.max_wall_min),
-                ("flags", tuple(sorted(f.lower() for f in want.flags)), have.flags),
+                ("flags", tuple(sorted(f.lower() for f in want.flags)), tuple(sorted(f.lower() for f in have.flags))),
                 ("limits", dict(want.limits), dict(have.limits)),
             )
             if w != h
