@@ -224,7 +224,7 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
                     prebuilt.add(month)
             try:
                 with transaction.atomic():
-                    _rollup(cursor, months, whole, prebuilt, start, end, now)
+                    _rollup(cursor, months, whole, prebuilt, start, end, now, partitioned=partitioned)
             except BaseException:
                 for month in prebuilt:
                     cursor.execute(f"DROP TABLE IF EXISTS {_built(month)}")
@@ -246,6 +246,8 @@ def _rollup(
     start: datetime,
     end: datetime,
     now: datetime,
+    *,
+    partitioned: bool,
 ) -> None:
     for setting in SETTINGS:
         cursor.execute(setting)
@@ -260,7 +262,7 @@ def _rollup(
             partitions.swap_month(cursor, built, month)
             continue
         first, last = max(start, month), min(end, partitions.next_month(month))
-        if partitions.is_partitioned(cursor):
+        if partitioned:
             partitions.ensure_month(cursor, month)
         cursor.execute(f"DELETE FROM {partitions.PARENT} WHERE hour >= %s AND hour < %s", [first, last])
         _build(cursor, partitions.PARENT, first, last, now)
