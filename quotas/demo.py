@@ -7,6 +7,7 @@ cluster with H100s. Guarantees are fractions of reclaimable capacity, so every i
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -118,7 +119,14 @@ def load_demo() -> bool:
     )
     services.org_unit_update(actor=admin, reason=REASON, unit=org, contract=_contract("standard"))
     guarantees = {"acme": {f.key: f.physical_devices - f.headroom_devices - _reserved(f) for f in flavors}}
-    services.quota_set_bulk(actor=admin, reason=REASON, changes=_changes(org, flavors, guarantees["acme"], 0.0, 1.0))
+    top = _changes(org, flavors, guarantees["acme"], 0.0, 1.0)
+    for i, change in enumerate(top):
+        flavor = next(f for f in flavors if f.pk == change.flavor_id)
+        if flavor.cluster.kind == ClusterKind.SLURM:
+            # Slurm's QOS do not nest: with strict subtree ceilings a top-level burst of 0 would leave no
+            # team anything to borrow, so acme may borrow up to the partition's every GPU (headroom included)
+            top[i] = dataclasses.replace(change, burst=flavor.physical_devices - (change.guarantee or 0))
+    services.quota_set_bulk(actor=admin, reason=REASON, changes=top)
     units = {"acme": org}
     for path, kind, share, weight, contract, lend, lead in TREE:
         parent_path, _, slug = f"acme/{path}".rpartition("/")

@@ -34,6 +34,11 @@ class DriftPolicy(models.TextChoices):
     CORRECT = "correct", "Correct drift"
 
 
+class SubtreeCeilings(models.TextChoices):
+    STRICT = "strict", "Strict: a parent's burst is split among its subtree"
+    PERMISSIVE = "permissive", "Permissive: every unit keeps its whole burst"
+
+
 class Cluster(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     kind = models.CharField(max_length=16, choices=ClusterKind.choices)
@@ -47,6 +52,20 @@ class Cluster(models.Model):
     )
     enabled = models.BooleanField(default=True)
     drift_policy = models.CharField(max_length=16, choices=DriftPolicy.choices, default=DriftPolicy.REPORT)
+    subtree_ceilings = models.CharField(
+        max_length=16,
+        choices=SubtreeCeilings.choices,
+        default=SubtreeCeilings.STRICT,
+        help_text="Slurm only. Slurm's QOS limits do not nest, so a subtree's ceiling is not enforced by Slurm: "
+        "'strict' splits each parent's burst among the burst QOS of its subtree (no subtree can ever hold more "
+        "than its ceiling, but a unit cannot borrow a sibling's unused share); 'permissive' gives every unit "
+        "its whole burst (more borrowing, and the coverage report lists the subtrees that may exceed their ceiling).",
+    )
+    fairshare_half_life = models.PositiveIntegerField(
+        default=7 * 86400,
+        help_text="Slurm only: the cluster's PriorityDecayHalfLife in seconds (default 7 days), with which Allot "
+        "decays usage when it computes fair-share as Slurm does.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

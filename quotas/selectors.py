@@ -21,6 +21,7 @@ from quotas.models import (
     Quota,
     ReclamationContract,
     ResourceFlavor,
+    SubtreeCeilings,
     WorkloadTier,
 )
 from quotas.policy import snapshot as snap
@@ -227,7 +228,11 @@ def slurm_target(cluster: Cluster) -> Any:
     for unit_id, username in Membership.objects.exclude(slurm_username="").values_list("unit_id", "slurm_username"):
         members.setdefault(unit_id, []).append(username)
     return SlurmTarget(
-        slurm_cluster_name(cluster.connection_ref), flavors, accounts, {u: tuple(sorted(m)) for u, m in members.items()}
+        slurm_cluster_name(cluster.connection_ref),
+        flavors,
+        accounts,
+        {u: tuple(sorted(m)) for u, m in members.items()},
+        strict=cluster.subtree_ceilings != SubtreeCeilings.PERMISSIVE,
     )
 
 

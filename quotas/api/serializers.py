@@ -26,6 +26,7 @@ from quotas.models import (
     Quota,
     ReclamationContract,
     ResourceFlavor,
+    SubtreeCeilings,
     SyncMode,
     SyncObject,
     SyncRun,
@@ -74,6 +75,8 @@ class ClusterOut(serializers.ModelSerializer):
             "connection_ref",
             "enabled",
             "drift_policy",
+            "subtree_ceilings",
+            "fairshare_half_life",
             "created_at",
         ]
 
@@ -86,6 +89,12 @@ class ClusterIn(ReasonMixin):
     connection_ref = serializers.CharField(required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False)
     drift_policy = serializers.ChoiceField(choices=DriftPolicy.choices, required=False)
+    fairshare_half_life = serializers.IntegerField(
+        required=False, min_value=60, help_text=Cluster._meta.get_field("fairshare_half_life").help_text
+    )
+    subtree_ceilings = serializers.ChoiceField(
+        choices=SubtreeCeilings.choices, required=False, help_text=Cluster._meta.get_field("subtree_ceilings").help_text
+    )
 
 
 class FlavorOut(serializers.ModelSerializer):

@@ -38,7 +38,9 @@ from quotas.policy.invariants import validate_tree
 from quotas.policy.kueue import compile_kueue
 from quotas.policy.kueue.coverage import kueue_coverage
 from quotas.policy.quantity import Resource
+from quotas.policy.slurm.coverage import slurm_coverage
 from quotas.policy.slurm.render import qos_script, render_dump
+from quotas.policy.slurm.translate import compile_slurm
 from quotas.previews import quota_change_preview
 from quotas.tasks import cluster_sync_task
 
@@ -134,9 +136,17 @@ class ClusterViewSet(CatalogueViewSet):
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])
     def coverage(self, request: Request, name: str) -> Response:
-        """For each contract term and tier rule: whether this cluster enforces it, and how."""
-        self._kubernetes()
-        return Response([line.as_dict() for line in kueue_coverage(selectors.org_snapshot(include_quotas=False))])
+        """For each quota term, contract term and tier rule: whether this cluster enforces it, and how
+        (on a Slurm cluster with permissive subtree ceilings, also each subtree that may exceed its ceiling)."""
+        cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
+        if cluster.kind != ClusterKind.SLURM:
+            return Response([line.as_dict() for line in kueue_coverage(selectors.org_snapshot(include_quotas=False))])
+        try:
+            snapshot, target = selectors.org_snapshot(), selectors.slurm_target(cluster)
+        except ValueError as exc:
+            raise InputError("connection_ref", str(exc)) from exc
+        state = compile_slurm(snapshot, target)
+        return Response([line.as_dict() for line in slurm_coverage(snapshot, state, target)])
 
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from quotas import selectors, services
 from quotas.access import is_platform_admin
 from quotas.errors import InputError
-from quotas.models import Cluster, ClusterKind, DriftPolicy, SyncOutcome, SyncRun
+from quotas.models import Cluster, ClusterKind, DriftPolicy, SubtreeCeilings, SyncOutcome, SyncRun
 from quotas.policy.slurm.render import qos_script, render_dump
 
 ATTENTION = [
@@ -39,6 +39,8 @@ def clusters(request: HttpRequest) -> HttpResponse:
             "drift_policy": request.POST.get("drift_policy", cluster.drift_policy),
             "enabled": request.POST.get("enabled") == "on",
         }
+        if cluster.kind == ClusterKind.SLURM:
+            fields["subtree_ceilings"] = request.POST.get("subtree_ceilings", cluster.subtree_ceilings)
         try:
             services.cluster_set(actor=request.user, reason=request.POST.get("reason", ""), name=cluster.name, **fields)
         except InputError as exc:
@@ -54,6 +56,7 @@ def clusters(request: HttpRequest) -> HttpResponse:
             "schedule": selectors.beat_schedule_overview(),
             "admin": is_platform_admin(request.user),
             "policies": DriftPolicy.choices,
+            "ceilings": SubtreeCeilings.choices,
         },
     )
 

@@ -125,3 +125,28 @@ def test_the_desired_slurm_state_with_its_dump_and_qos_script(lead_api, tmp_path
                  "--export-dir", str(tmp_path))  # fmt: skip
     assert (tmp_path / "lab.cfg").read_text() == body["dump"]
     assert (tmp_path / "lab-qos.sh").read_text() == body["qos_script"]
+
+
+def test_slurm_coverage_and_the_subtree_ceilings_setting(admin_api, lead_api):
+    """Issue #16.7: a Slurm cluster's coverage report says how subtree ceilings are held; strict by
+    default (no subtree's QOS add up to more than its ceiling); permissive is an audited setting after
+    which the report lists each subtree that may exceed its ceiling."""
+    from quotas.models import AuditEvent
+
+    assert admin_api.get("/api/v1/clusters/slurm-lab/").json()["subtree_ceilings"] == "strict"
+    coverage = lead_api.get("/api/v1/clusters/slurm-lab/coverage/").json()
+    line = next(c for c in coverage if c["term"] == "subtree ceiling")
+    assert (line["value"], line["how"]) == ("strict", "enforced_by_slurm")
+    assert not [c for c in coverage if c["subject"].startswith("unit ")]
+    bad = admin_api.patch("/api/v1/clusters/slurm-lab/", {"subtree_ceilings": "loose", "reason": "t"}, format="json")
+    assert bad.status_code == 400 and "subtree_ceilings" in bad.json()
+    ok = admin_api.patch(
+        "/api/v1/clusters/slurm-lab/", {"subtree_ceilings": "permissive", "reason": "more borrowing"}, format="json"
+    )
+    assert ok.status_code == 200, ok.content
+    event = AuditEvent.objects.filter(action="cluster_set").latest("id")
+    assert event.reason == "more borrowing" and (event.after or {}).get("subtree_ceilings") == "permissive"
+    loose = lead_api.get("/api/v1/clusters/slurm-lab/coverage/").json()
+    assert next(c for c in loose if c["term"] == "subtree ceiling")["how"] == "not_enforced"
+    exceeding = [c for c in loose if c["subject"].startswith("unit ")]
+    assert exceeding and all("ceiling" in c["value"] for c in exceeding)

@@ -2,34 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from enum import StrEnum
-
+from ..coverage import CoverageLine, How
 from ..durations import format_duration
 from ..snapshot import OrgSnapshot
 
-
-class How(StrEnum):
-    KUEUE = "enforced_by_kueue"
-    WEBHOOK = "enforced_by_allot_webhook"
-    """Needs Allot's admission webhooks installed on the cluster (deploy/)."""
-    CONFIG = "depends_on_kueue_configuration"
-    MONITORED = "monitored_not_enforced"
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageLine:
-    subject: str
-    """A contract, a tier, or the quota model itself."""
-    term: str
-    value: str
-    how: How
-    mechanism: str
-
-    def as_dict(self) -> dict[str, str]:
-        data = asdict(self)
-        data["how"] = self.how.value
-        return data
+__all__ = ["CoverageLine", "How", "kueue_coverage"]
 
 
 def kueue_coverage(snapshot: OrgSnapshot) -> list[CoverageLine]:

@@ -12,6 +12,14 @@ Mapping (docs/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
 * a unit's burst → QOS ``burst-<account>``: ``GrpTRES`` = burst, low priority,
   ``PreemptMode=requeue``, ``GraceTime`` and ``PreemptExemptTime`` from its contract (grace period,
   minimum run window), ``UsageFactor=0.5`` (borrowed time counts half in fair-share);
+* subtree ceilings (pitfall P1: QOS limits do not nest, so an account's burst QOS knows nothing of
+  its parent's ceiling): with ``strict`` (the default) a parent's burst is split among the burst QOS
+  of its subtree when compiling — each child keeps its own burst while they all fit, else they share
+  the parent's in proportion to what they ask (largest remainders), and the parent's own QOS keeps
+  what is left — so no subtree can ever hold more than its ceiling (a unit whose ceiling is the
+  whole flavor cannot exceed it: nothing is split there); with ``strict=False``
+  (permissive) every unit keeps its full burst and :func:`subtree_overcommit` says where a subtree
+  may exceed its ceiling;
 * a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall`` and
   ``Flags=DenyOnLimit`` (a job asking for more is refused at submission, not left pending forever); every
   account with QOS of its own may use it (it is never the default); a preemptible tier's QOS is
@@ -71,6 +79,8 @@ class SlurmTarget:
     accounts: Mapping[int, str] = field(default_factory=dict)
     """Account name per unit where it is not the unit's slug."""
     members: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    strict: bool = True
+    """Split each parent's burst among its subtree's burst QOS (see the module's docstring)."""
 
 
 def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
@@ -93,6 +103,7 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
             )
     present = {uid for uid in present if uid not in bad and not bad.intersection(snapshot.ancestors(uid))}
     tier_qos = _tier_qos(snapshot)
+    own_burst = {f.key: (_split_bursts if target.strict else _full_bursts)(snapshot, present, f.key) for f in flavors}
     burst_qos, guar_qos = {}, {}
     for uid in sorted(present, key=lambda u: snapshot.units[u].path):
         children = [c for c in snapshot.children.get(uid, ()) if c in present]
@@ -102,8 +113,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
             residual = quota.guarantee - sum(snapshot.quota(c, flavor.key, Resource.GPU).guarantee for c in children)
             if residual > 0:
                 guar[f"gres/gpu:{flavor.gpu_type}"] = residual
-            if quota.burst > 0:
-                burst[f"gres/gpu:{flavor.gpu_type}"] = quota.burst
+            if own_burst[flavor.key].get(uid, 0) > 0:
+                burst[f"gres/gpu:{flavor.gpu_type}"] = own_burst[flavor.key][uid]
         contract = snapshot.effective_contract(uid)
         if burst:
             burst_qos[uid] = SlurmQos(
@@ -173,6 +184,94 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
     users = sorted(kept, key=lambda u: (u.name, u.account))
     billing = {f.key: f"CPU=1.0,Mem=0.25G,GRES/gpu:{f.gpu_type}={f.billing_weight * 10:g}" for f in flavors}
     return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing, tuple(problems))
+
+
+def _full_bursts(snapshot: OrgSnapshot, present: set[int], flavor: str) -> dict[int, int]:
+    """Permissive: every unit's burst QOS holds its whole burst."""
+    return {uid: snapshot.quota(uid, flavor, Resource.GPU).burst for uid in present}
+
+
+def _split_bursts(snapshot: OrgSnapshot, present: set[int], flavor: str) -> dict[int, int]:
+    """Strict: each unit's own burst QOS limit such that, for every unit whose ceiling is below the
+    flavor's physical devices, the burst QOS of its whole subtree add up to no more than its burst
+    (its guarantee QOS add up to its guarantee, so the subtree holds no more than its ceiling). A unit
+    whose ceiling is the whole flavor cannot exceed it: its children keep their own bursts."""
+    physical = snapshot.flavors[flavor].physical_devices if flavor in snapshot.flavors else None
+
+    def bound(uid: int) -> int | None:
+        quota = snapshot.quota(uid, flavor, Resource.GPU)
+        return None if physical is not None and quota.ceiling >= physical else quota.burst
+
+    own: dict[int, int] = {}
+    pending = [(uid, bound(uid)) for uid in sorted(present) if _top(snapshot, uid, present)]
+    while pending:
+        uid, allowance = pending.pop()
+        children = sorted(c for c in snapshot.children.get(uid, ()) if c in present)
+        if allowance is None:
+            own[uid] = snapshot.quota(uid, flavor, Resource.GPU).burst
+            pending += [(c, bound(c)) for c in children]
+            continue
+        asks = {c: min(snapshot.quota(c, flavor, Resource.GPU).burst, allowance) for c in children}
+        given = asks if sum(asks.values()) <= allowance else _largest_remainders(allowance, asks)
+        own[uid] = allowance - sum(given.values())
+        pending += sorted(given.items())
+    return own
+
+
+def _top(snapshot: OrgSnapshot, uid: int, present: set[int]) -> bool:
+    parent = snapshot.units[uid].parent_id
+    return parent is None or parent not in present
+
+
+def _largest_remainders(total: int, asks: Mapping[int, int]) -> dict[int, int]:
+    """``total`` split in proportion to ``asks`` (whole GPUs, largest remainders; ties by key)."""
+    weight = sum(asks.values())
+    exact = {k: total * a / weight for k, a in asks.items()}
+    given = {k: int(v) for k, v in exact.items()}
+    left = total - sum(given.values())
+    for key in sorted(asks, key=lambda k: (-(exact[k] - given[k]), k))[:left]:
+        given[key] += 1
+    return given
+
+
+@dataclass(frozen=True, slots=True)
+class Overcommit:
+    """A subtree whose QOS, added up, let it hold more than its ceiling (permissive compiling)."""
+
+    path: str
+    gpu_type: str
+    usable: int
+    ceiling: int
+
+
+def subtree_overcommit(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget) -> list[Overcommit]:
+    """Per unit and GPU type, what the guarantee and burst QOS of its subtree add up to, where that is
+    more than the unit's ceiling, where that ceiling is below the flavor's physical devices (above,
+    the subtree cannot exceed it). Empty for a strictly compiled state."""
+    by_name = {q.name: q for q in state.qos}
+    name = {uid: target.accounts.get(uid) or snapshot.units[uid].slug for uid in snapshot.units}
+    accounts = {a.name for a in state.accounts}
+    found = []
+    for flavor in sorted(target.flavors, key=lambda f: f.gpu_type):
+        tres = f"gres/gpu:{flavor.gpu_type}"
+        own = {
+            uid: sum(
+                by_name[q].grp_tres.get(tres, 0) for q in (f"guar-{name[uid]}", f"burst-{name[uid]}") if q in by_name
+            )
+            for uid in snapshot.units
+            if name[uid] in accounts
+        }
+        usable = dict(own)
+        for uid in sorted(own, key=lambda u: -snapshot.units[u].path.count("/")):  # deepest first
+            parent = snapshot.units[uid].parent_id
+            if parent in usable:
+                usable[parent] += usable[uid]
+        for uid in sorted(own, key=lambda u: snapshot.units[u].path):
+            ceiling = snapshot.quota(uid, flavor.key, Resource.GPU).ceiling
+            physical = snapshot.flavors[flavor.key].physical_devices if flavor.key in snapshot.flavors else None
+            if usable[uid] > ceiling and (physical is None or ceiling < physical):
+                found.append(Overcommit(snapshot.units[uid].path, flavor.gpu_type, usable[uid], ceiling))
+    return found
 
 
 def _tier_qos(snapshot: OrgSnapshot) -> list[SlurmQos]:

@@ -1,0 +1,146 @@
+"""Which quota terms, contract terms and tier rules a Slurm cluster enforces, and how — or why it cannot.
+
+The same report as :func:`quotas.policy.kueue.coverage.kueue_coverage`, for the objects
+:func:`.translate.compile_slurm` writes and the snapshot ``job_submit.lua`` reads. Where the cluster's
+subtree ceilings are permissive, every subtree that may hold more than its ceiling is one line.
+"""
+
+from __future__ import annotations
+
+from ..coverage import CoverageLine, How
+from ..durations import format_duration
+from ..snapshot import OrgSnapshot
+from .model import SlurmState
+from .translate import SlurmTarget, subtree_overcommit
+
+
+def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget) -> list[CoverageLine]:
+    if target.strict:
+        subtree = CoverageLine(
+            "quota",
+            "subtree ceiling",
+            "strict",
+            How.SLURM,
+            "Slurm's QOS limits do not nest, so each parent's burst is split among the burst QOS of its "
+            "subtree when compiling: no subtree can hold more than its ceiling, and a unit cannot borrow "
+            "the part of its parent's burst given to a sibling",
+        )
+    else:
+        subtree = CoverageLine(
+            "quota",
+            "subtree ceiling",
+            "permissive",
+            How.NOT_ENFORCED,
+            "every unit's burst QOS holds its whole burst, and Slurm's QOS limits do not nest: a subtree may "
+            "hold up to the sum of its QOS (listed below where that is above its ceiling)",
+        )
+    lines = [
+        CoverageLine(
+            "quota",
+            "guarantee",
+            "per unit and GPU type",
+            How.SLURM,
+            "QOS guar-<account> GrpTRES=gres/gpu:<type> (the part its children do not hold); reclaimed by "
+            "preemption: every guarantee QOS lists every burst QOS in Preempt=",
+        ),
+        CoverageLine(
+            "quota",
+            "burst",
+            "per unit and GPU type",
+            How.SLURM,
+            "QOS burst-<account> GrpTRES=gres/gpu:<type>, low priority, PreemptMode=requeue",
+        ),
+        subtree,
+        CoverageLine(
+            "quota",
+            "per-job ceiling",
+            "per account and GPU type",
+            How.JOB_SUBMIT,
+            "job_submit.lua refuses a job asking for more GPUs than its account can ever hold (every "
+            "--gres / --gpus* form counted), accounts Allot does not know and QOS the account may not use",
+        ),
+        CoverageLine(
+            "quota",
+            "lendable",
+            "per unit and GPU type",
+            How.NOT_ENFORCED,
+            "Slurm has no lending limit: burst QOS borrow any idle GPU of the partition",
+        ),
+        CoverageLine(
+            "quota",
+            "fair-share weight",
+            "per unit",
+            How.SLURM,
+            "Fairshare= on each account (priority/multifactor); it orders the queue, it caps nothing",
+        ),
+    ]
+    lines += [
+        CoverageLine(
+            f"unit {o.path}",
+            "subtree ceiling",
+            f"its QOS add up to {o.usable} {o.gpu_type.upper()} GPUs, ceiling {o.ceiling}",
+            How.NOT_ENFORCED,
+            "permissive subtree ceilings: the subtree may hold up to its QOS' sum",
+        )
+        for o in ([] if target.strict else subtree_overcommit(snapshot, state, target))
+    ]
+    for name in sorted(snapshot.contracts):
+        c = snapshot.contracts[name]
+        subject = f"contract {name}"
+        lines += [
+            CoverageLine(
+                subject,
+                "reclaim_within",
+                format_duration(c.reclaim_within_s),
+                How.MONITORED,
+                "Slurm preempts at its next scheduling pass (sched_interval) after the grace time: Allot "
+                "measures reclaim times and reports contracts not honoured",
+            ),
+            CoverageLine(
+                subject,
+                "grace_period",
+                format_duration(c.grace_period_s),
+                How.SLURM,
+                "GraceTime on the burst QOS (preempted jobs get SIGTERM, then SIGKILL after it)",
+            ),
+            CoverageLine(
+                subject,
+                "min_run_window",
+                format_duration(c.min_run_window_s),
+                How.SLURM,
+                "PreemptExemptTime on the burst QOS",
+            ),
+            CoverageLine(
+                subject,
+                "checkpoint_every",
+                format_duration(c.checkpoint_every_s) if c.checkpoint_every_s else "not required",
+                How.NOT_ENFORCED,
+                "a batch script cannot declare a checkpoint cadence to Slurm",
+            ),
+        ]
+    max_wall = {q.name: q.max_wall_min for q in state.qos if q.max_wall_min}
+    for name in sorted(snapshot.tiers):
+        t = snapshot.tiers[name]
+        subject = f"tier {name}"
+        if t.max_runtime_s is not None:
+            qos = f"tier-{name.lower()}"
+            lines.append(
+                CoverageLine(
+                    subject,
+                    "max runtime",
+                    format_duration(t.max_runtime_s),
+                    How.SLURM if qos in max_wall else How.NOT_ENFORCED,
+                    f"QOS {qos} MaxWall={max_wall.get(qos)} min with Flags=DenyOnLimit (refused at submission); "
+                    "job_submit.lua also caps interactive jobs' time limit",
+                )
+            )
+        lines.append(
+            CoverageLine(
+                subject,
+                "priority",
+                str(t.priority),
+                How.NOT_ENFORCED,
+                "Slurm orders by QOS (guarantee before burst) and fair-share, not by Allot's tiers",
+            )
+        )
+    return lines
