@@ -28,8 +28,11 @@ from accounting.selectors import (
     usage_summary,
     visible_findings,
 )
+from accounting.services.fairshare import slurm_fairshare
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from quotas.access import is_platform_admin, led_paths, may_read_costs
+from quotas.errors import InputError
+from quotas.models import Cluster
 from quotas.selectors import subtree
 
 
@@ -357,6 +360,77 @@ def fairness(request: Request) -> Response:
     query.is_valid(raise_exception=True)
     params = query.validated_data
     return Response(fairness_report(params["period"], within=params["within"]))
+
+
+class FairShareQuery(serializers.Serializer):
+    cluster = serializers.CharField(help_text="A Slurm cluster, e.g. slurm-lab.")
+    since = serializers.DateTimeField(
+        required=False, default=None, help_text="Count only jobs started after it (the site's last usage reset)."
+    )
+
+
+FAIRSHARE = inline_serializer(
+    "FairShare",
+    fields={
+        "cluster": serializers.CharField(),
+        "at": serializers.DateTimeField(),
+        "half_life_s": serializers.IntegerField(),
+        "since": serializers.DateTimeField(allow_null=True),
+        "jobs": serializers.IntegerField(help_text="Jobs whose usage is counted."),
+        "lines": inline_serializer(
+            "FairShareLine",
+            many=True,
+            fields={
+                "account": serializers.CharField(),
+                "user": serializers.CharField(help_text="Empty on an account's own line."),
+                "unit_path": serializers.CharField(),
+                "shares": serializers.FloatField(help_text="Fairshare= (RawShares)."),
+                "norm_shares": serializers.FloatField(help_text="Shares among siblings (NormShares)."),
+                "usage": serializers.FloatField(help_text="Decayed billing-seconds (RawUsage)."),
+                "effective_usage": serializers.FloatField(help_text="Usage over the parent's (EffectvUsage)."),
+                "level_fs": serializers.FloatField(
+                    allow_null=True, help_text="NormShares / EffectvUsage; null: unused."
+                ),
+                "factor": serializers.FloatField(
+                    allow_null=True, help_text="A member's FairShare; on an account, its best-placed member's."
+                ),
+                "depth": serializers.IntegerField(),
+            },
+        ),
+    },
+)
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter("cluster", OpenApiTypes.STR, required=True),
+        OpenApiParameter("since", OpenApiTypes.DATETIME),
+    ],
+    responses={200: FAIRSHARE},
+)
+@api_view(["GET"])
+def fairshare(request: Request) -> Response:
+    """Fair-share on a Slurm cluster as ``sshare -a -l`` shows it, from the usage Allot ingested with
+    sacct: per account and member, shares, decayed usage, effective usage, LevelFS and FairShare."""
+    query = FairShareQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    cluster = Cluster.objects.filter(name=query.validated_data["cluster"]).first()
+    if cluster is None:
+        raise InputError("cluster", f"no cluster {query.validated_data['cluster']!r}", "name a Slurm cluster")
+    try:
+        report = slurm_fairshare(cluster=cluster, since=query.validated_data["since"])
+    except ValueError as exc:
+        raise InputError("cluster", str(exc), "name a Slurm cluster") from exc
+    return Response(
+        {
+            "cluster": report.cluster,
+            "at": report.at,
+            "half_life_s": report.half_life_s,
+            "since": report.since,
+            "jobs": report.jobs,
+            "lines": [line.as_dict() for line in report.lines],
+        }
+    )
 
 
 class ReviewOut(serializers.ModelSerializer):

@@ -103,6 +103,9 @@ class WorkloadRecord(models.Model):
     exit_code = models.CharField(max_length=32, blank=True)
     evictions = models.JSONField(default=list, blank=True, help_text="Each eviction: reason and time.")
     held_seconds = models.BigIntegerField(default=0)
+    billing = models.FloatField(
+        default=0, help_text="Slurm: billing TRES per second while it ran (fair-share usage = billing × seconds)."
+    )
     source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
     track = models.JSONField(
         null=True,

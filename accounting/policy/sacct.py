@@ -96,6 +96,8 @@ class SacctRun:
     exit_code: str
     run_key: str = ""
     """slurmdbd's own index of this run (DBIndex): a run read twice is the same run."""
+    billing: float = 0.0
+    """The run's billing TRES per second (``billing=`` in AllocTRES): what fair-share usage counts."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class SlurmJob:
     """Seconds it held its GPUs, over all runs (a requeued run's time counts: it held them)."""
     runs: tuple[SacctRun, ...] = ()
     """Every run, in the order they ran."""
+    billing: float = 0.0
+    """Billing TRES per second while it ran (its last run that had any)."""
 
     @cached_property
     def key(self) -> str:
@@ -153,6 +157,18 @@ def gpus_from_tres(tres: str) -> dict[str | None, int]:
     return {None: untyped} if untyped else {}
 
 
+def billing_from_tres(tres: str) -> float:
+    """The ``billing=`` of a TRES string; without one (no TRESBillingWeights), Slurm bills the CPUs."""
+    cpus = 0.0
+    for part in tres.split(","):
+        name, _, value = part.strip().partition("=")
+        if name == "billing":
+            return float(value or 0)
+        if name == "cpu":
+            cpus = float(value or 0)
+    return cpus
+
+
 def _time(value: str, zone: tzinfo) -> datetime | None:
     if value in ("", "Unknown", "None", "N/A"):
         return None
@@ -178,7 +194,7 @@ def parse_sacct(
     state_at, submit_at, start_at, end_at, tres_at, exit_at = (
         at(n) for n in ("State", "Submit", "Start", "End", "AllocTRES", "ExitCode")
     )
-    tres_seen: dict[str, Mapping[str | None, int]] = {}  # a month has a few hundred distinct TRES strings
+    tres_seen: dict[str, tuple[Mapping[str | None, int], float]] = {}  # a month has a few hundred distinct TRES
     for number, raw in enumerate(lines, 1):
         text = raw.rstrip("\n")
         if not text or text.isspace():
@@ -202,9 +218,10 @@ def parse_sacct(
             yield LineProblem(number, text[:500], f"ends ({end:%Y-%m-%dT%H:%M:%S}) before it starts: clock skew?")
             continue
         tres = parts[tres_at]
-        gpus = tres_seen.get(tres)
-        if gpus is None:
-            gpus = tres_seen[tres] = gpus_from_tres(tres)
+        seen = tres_seen.get(tres)
+        if seen is None:
+            seen = tres_seen[tres] = (gpus_from_tres(tres), billing_from_tres(tres))
+        gpus, billing = seen
         job_id = parts[job_at]
         yield SacctRun(
             job_id=job_id,
@@ -221,6 +238,7 @@ def parse_sacct(
             gpus=gpus,
             exit_code=parts[exit_at],
             run_key=parts[db_at] or f"{job_id}@{parts[submit_at]}",
+            billing=billing,
         )
 
 
@@ -275,7 +293,7 @@ def _fold(runs: list[SacctRun]) -> SlurmJob:
             (Eviction(last.raw_state, last.end),) if last.state is EndState.PREEMPTED else ()
         )
         held = int((last.end - last.start).total_seconds()) if last.start and last.end else 0
-        gpus, started = last.gpus, last.start
+        gpus, started, billing = last.gpus, last.start, last.billing
     else:
         evictions = tuple(
             Eviction(r.raw_state, r.end) for r in runs[:-1] if r.state in (EndState.PREEMPTED, EndState.REQUEUED)
@@ -283,6 +301,7 @@ def _fold(runs: list[SacctRun]) -> SlurmJob:
         held = sum(int((r.end - r.start).total_seconds()) for r in runs if r.start and r.end)
         gpus = next((r.gpus for r in runs if r.gpus), {})
         started = min((r.start for r in runs if r.start), default=None)
+        billing = next((r.billing for r in reversed(runs) if r.billing), 0.0)
     return SlurmJob(
         job_id=last.job_id,
         cluster=last.cluster,
@@ -299,4 +318,5 @@ def _fold(runs: list[SacctRun]) -> SlurmJob:
         evictions=evictions,
         held_seconds=held,
         runs=tuple(runs),
+        billing=billing,
     )

@@ -60,6 +60,7 @@ RECORD_FIELDS = [
     "exit_code",
     "evictions",
     "held_seconds",
+    "billing",
     "source_run",
 ]
 
@@ -282,6 +283,7 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
         "exit_code": job.exit_code,
         "evictions": [{"reason": e.reason, "at": e.at.isoformat() if e.at else None} for e in job.evictions],
         "held_seconds": job.held_seconds,
+        "billing": job.billing,
         "source_run_id": run_id,
     }
 
@@ -332,7 +334,7 @@ def _write_orm(records: list[dict[str, Any]]) -> dict[str, int]:
 RECORD_COLUMNS = (
     "cluster_id", "scheduler_id", "job_id", "unit_id", "account", "owner", "project", "tier", "flavor_id",
     "flavor_name", "devices", "resources", "borrowed", "submitted_at", "admitted_at", "ended_at", "state", "exit_code",
-    "evictions", "held_seconds", "source_run_id",
+    "evictions", "held_seconds", "billing", "source_run_id",
 )  # fmt: skip
 RESOURCES_AT, EVICTIONS_AT = RECORD_COLUMNS.index("resources"), RECORD_COLUMNS.index("evictions")
 UPSERT = """

@@ -7,6 +7,7 @@ from accounting.api import (
     SourceRunViewSet,
     WorkloadRecordViewSet,
     fairness,
+    fairshare,
     showback,
     usage,
 )
@@ -37,5 +38,6 @@ urlpatterns = [
     path("usage/", usage, name="usage"),
     path("showback/", showback, name="showback"),
     path("fairness/", fairness, name="fairness"),
+    path("fairshare/", fairshare, name="fairshare"),
     path("", include(router.urls)),
 ]

@@ -3,8 +3,10 @@
 * :func:`normalized_shares` — weight over siblings' weights × the parent's share (DESIGN.md).
 * :func:`decayed_usage` — usage forgiven with a half-life (seed 8.5.1: with a one-week half-life,
   two-week-old usage counts 25 %).
-* :func:`fair_tree` — Slurm's Fair Tree: LevelFS = NormShares / EffectvUsage among siblings,
-  leaves ranked depth-first by LevelFS, factor = rank / leaves (matches ``sshare -l``).
+* :func:`fair_tree` — Slurm's Fair Tree: LevelFS = NormShares / EffectvUsage among siblings (user
+  associations beside child accounts), users ranked depth-first by LevelFS with Slurm's ties,
+  factor = rank / users (matches ``sshare -a -l -P``); :func:`slurm_share_nodes` builds its tree
+  from accounts and user associations, :func:`accrued_weight` decays usage as Slurm does.
 * :func:`classic_factor` — Slurm's classic factor 2^(−U/S) on tree-normalised values.
 * :func:`kueue_weighted_share` — Kueue's dominant share of borrowed usage over lendable capacity,
   per-mille, divided by the weight (``status.fairSharing.weightedShare``).
@@ -94,13 +96,15 @@ def _bottom_up(snapshot: OrgSnapshot) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class ShareNode:
-    """A node of a fair-share tree: an account, or a user under an account."""
+    """A node of a fair-share tree: an account, or a user (association) under an account."""
 
     key: Hashable
     parent: Hashable | None
     shares: float
     usage: float = 0.0
     """Own usage; subtree usage is summed by :func:`fair_tree`."""
+    user: bool = False
+    """A user association: only users are ranked and get a factor (an account with no users gets none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +114,19 @@ class FairTreeLine:
     effective_usage: float
     level_fs: float
     factor: float | None
-    """Set on leaves only, as sshare prints it."""
+    """Set on users only, as sshare prints it."""
 
 
 def fair_tree(nodes: Sequence[ShareNode]) -> dict[Hashable, FairTreeLine]:
-    """Slurm's Fair Tree algorithm over ``nodes``.
+    """Slurm's Fair Tree algorithm over ``nodes`` (``priority/multifactor``, ``fair_tree.c``).
 
-    Among siblings: NormShares = shares / Σ siblings' shares; EffectvUsage = usage / parent's usage;
-    LevelFS = NormShares / EffectvUsage (∞ when unused). Leaves are ranked by a depth-first walk
-    that visits siblings by descending LevelFS; the first leaf gets factor 1, the last 1/N.
-    Ties keep input order (Slurm would give equal LevelFS the same rank).
+    Among siblings — accounts and users alike: NormShares = shares / Σ siblings' shares; EffectvUsage
+    = usage / parent's usage; LevelFS = NormShares / EffectvUsage (∞ when unused). A depth-first walk
+    visits siblings by descending LevelFS (users before accounts on equal LevelFS) and ranks the users
+    it meets: with N user associations in the tree, the first gets N, each next one less, and its
+    factor is rank / N. Users tied on LevelFS share a rank; sibling accounts tied on LevelFS are
+    walked as one, their children merged (an account tied with the sibling before it passes the tie
+    on to its first child). Accounts without users are walked but rank nobody.
     """
     children: dict[Hashable | None, list[ShareNode]] = {}
     for node in nodes:
@@ -129,12 +136,16 @@ def fair_tree(nodes: Sequence[ShareNode]) -> dict[Hashable, FairTreeLine]:
         if node.parent is not None:
             usage[node.parent] = usage.get(node.parent, 0.0) + usage[node.key]
     lines: dict[Hashable, FairTreeLine] = {}
-    leaves: list[Hashable] = []
-    _rank(children, None, sum(usage[n.key] for n in children.get(None, [])), usage, lines, leaves)
-    count = len(leaves)
-    for position, key in enumerate(leaves):
-        lines[key] = _with_factor(lines[key], (count - position) / count)
+    count = sum(1 for n in nodes if n.user)
+    ranking = _Ranking(count, count)
+    _rank(children, children.get(None, []), usage, lines, ranking, False, count)
     return lines
+
+
+@dataclass
+class _Ranking:
+    rank: int
+    remaining: int
 
 
 def _depth_first(children: Mapping[Hashable | None, list[ShareNode]]) -> list[ShareNode]:
@@ -149,38 +160,107 @@ def _depth_first(children: Mapping[Hashable | None, list[ShareNode]]) -> list[Sh
 
 def _rank(
     children: Mapping[Hashable | None, list[ShareNode]],
-    parent: Hashable | None,
-    parent_usage: float,
+    siblings: list[ShareNode],
     usage: Mapping[Hashable, float],
     lines: dict[Hashable, FairTreeLine],
-    leaves: list[Hashable],
+    ranking: _Ranking,
+    account_tied: bool,
+    count: int,
 ) -> None:
-    siblings = children.get(parent, [])
-    total_shares = sum(n.shares for n in siblings)
-    scored = []
     for node in siblings:
-        norm = node.shares / total_shares if total_shares else 0.0
-        eff = usage[node.key] / parent_usage if parent_usage > 0 else 0.0
-        level = norm / eff if eff > 0 else math.inf
-        lines[node.key] = FairTreeLine(norm, usage[node.key], eff, level, None)
-        scored.append((level, node))
-    for _, node in sorted(scored, key=lambda item: -item[0]):
-        if node.key in children:
-            _rank(children, node.key, usage[node.key], usage, lines, leaves)
+        if node.key not in lines:  # merged siblings were scored among their own siblings
+            _score(children, node, usage, lines)
+    ordered = sorted(siblings, key=lambda n: (-lines[n.key].level_fs, not n.user))
+    previous: float | None = None
+    i = 0
+    while i < len(ordered):
+        node = ordered[i]
+        level = lines[node.key].level_fs
+        if account_tied:
+            tied, account_tied = True, False
         else:
-            leaves.append(node.key)
+            tied = previous is not None and previous == level
+        if node.user:
+            if not tied:
+                ranking.rank = ranking.remaining
+            lines[node.key] = _with_factor(lines[node.key], ranking.rank / count)
+            ranking.remaining -= 1
+            i += 1
+        else:
+            merged = [node]
+            while i + len(merged) < len(ordered):
+                other = ordered[i + len(merged)]
+                if other.user or lines[other.key].level_fs != level:
+                    break
+                merged.append(other)
+            below = [c for account in merged for c in children.get(account.key, [])]
+            for account in merged:  # each child is scored among its own siblings before any merging
+                for child in children.get(account.key, []):
+                    _score(children, child, usage, lines)
+            _rank(children, below, usage, lines, ranking, tied, count)
+            i += len(merged)
+        previous = level
+
+
+def _score(
+    children: Mapping[Hashable | None, list[ShareNode]],
+    node: ShareNode,
+    usage: Mapping[Hashable, float],
+    lines: dict[Hashable, FairTreeLine],
+) -> None:
+    siblings = children.get(node.parent, [])
+    total_shares = sum(n.shares for n in siblings)
+    parent_usage = usage[node.parent] if node.parent is not None else sum(usage[n.key] for n in siblings)
+    norm = node.shares / total_shares if total_shares else 0.0
+    eff = usage[node.key] / parent_usage if parent_usage > 0 else 0.0
+    level = norm / eff if eff > 0 else math.inf
+    lines[node.key] = FairTreeLine(norm, usage[node.key], eff, level, None)
 
 
 def _with_factor(line: FairTreeLine, factor: float) -> FairTreeLine:
     return FairTreeLine(line.norm_shares, line.usage, line.effective_usage, line.level_fs, factor)
 
 
-def unit_share_nodes(snapshot: OrgSnapshot, own_usage: Mapping[int, float]) -> list[ShareNode]:
-    """The snapshot as fair-share nodes (weight → shares), for :func:`fair_tree`."""
-    return [
-        ShareNode(uid, unit.parent_id, unit.weight, own_usage.get(uid, 0.0))
-        for uid, unit in sorted(snapshot.units.items())
+ROOT_USER = ("user", "root", "root")
+
+
+def slurm_share_nodes(
+    accounts: Iterable[tuple[str, str, float]],
+    users: Iterable[tuple[str, str, float]],
+    usage: Mapping[tuple[str, str], float],
+) -> list[ShareNode]:
+    """Slurm's association tree as fair-share nodes: ``accounts`` as (name, parent, shares) — parent
+    ``root`` at the top —, ``users`` as (user, account, shares); ``usage`` by (account, user). Keys
+    are ``("account", name)`` and ``("user", account, user)``. User associations sit beside the
+    account's child accounts, as Slurm has them; the ``root`` user association Slurm creates with every
+    cluster (shares 1, under root) is added when ``users`` does not hold it."""
+    nodes = [
+        ShareNode(("account", name), None if parent == "root" else ("account", parent), shares)
+        for name, parent, shares in accounts
+        if name != "root"
     ]
+    listed = False
+    for user, account, shares in users:
+        listed = listed or (user, account) == ("root", "root")
+        parent = None if account == "root" else ("account", account)
+        nodes.append(ShareNode(("user", account, user), parent, shares, usage.get((account, user), 0.0), user=True))
+    if not listed:
+        nodes.append(ShareNode(ROOT_USER, None, 1.0, usage.get(("root", "root"), 0.0), user=True))
+    return nodes
+
+
+def accrued_weight(start_s: float, end_s: float, now_s: float, half_life_s: float) -> float:
+    """The decay weight of usage accrued evenly from ``start_s`` to ``end_s`` (epoch seconds), as
+    Slurm's decay leaves it at ``now_s``: the mean of 0.5 ** (age / half_life) over the span."""
+    if half_life_s <= 0:
+        raise ValueError("half_life must be positive")
+    rate = math.log(2) / half_life_s
+    late = max(0.0, now_s - end_s)
+    early = max(0.0, now_s - start_s)
+    span = early - late
+    if span <= 1e-9:
+        return math.exp(-rate * late)
+    return (math.exp(-rate * late) - math.exp(-rate * early)) / (rate * span)
 
 
 def classic_factor(snapshot: OrgSnapshot, own_usage: Mapping[int, float]) -> dict[int, float]:

@@ -17,6 +17,8 @@ from quotas.models import (
     AuditEvent,
     ChangeRequest,
     ChangeRequestStatus,
+    Cluster,
+    ClusterKind,
     Membership,
     OrgUnit,
     Quota,
@@ -137,6 +139,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
     if period not in ("day", "week", "month"):
         period = "day"
     usage, usage_days = _usage(unit, chart_rows, period)
+    fairshare = _fairshare(unit, {q.flavor.cluster for q in quotas if q.flavor.cluster.kind == ClusterKind.SLURM})
     return render(
         request,
         "quotas/unit.html",
@@ -144,6 +147,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "usage": usage,
             "usage_days": usage_days,
             "usage_period": period,
+            "fairshare": fairshare,
             "usage_source": _usage_source(unit) if usage else "",
             "usage_ceiling": sum(c for _, _, c, _ in chart_rows),
             "unit": unit,
@@ -163,6 +167,32 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "requests": unit.change_requests.filter(status=ChangeRequestStatus.PENDING),
         },
     )
+
+
+def _fairshare(unit: OrgUnit, clusters: set[Cluster]) -> list[dict[str, Any]]:
+    """Per Slurm cluster the unit has quota on: its account's fair-share line and its members'."""
+    from accounting.services.fairshare import slurm_fairshare
+
+    found = []
+    account = (unit.slurm_account or unit.slug).lower()
+    for cluster in sorted(clusters, key=lambda c: c.name):
+        if not cluster.enabled or not cluster.connection_ref:
+            continue
+        try:
+            report = slurm_fairshare(cluster=cluster)
+        except ValueError:
+            continue
+        lines = [line for line in report.lines if line.account == account]
+        if lines:
+            found.append(
+                {
+                    "cluster": cluster.name,
+                    "lines": lines,
+                    "jobs": report.jobs,
+                    "half_life": format_duration(report.half_life_s),
+                }
+            )
+    return found
 
 
 def _row(q: Quota, allocated: int | None) -> dict[str, Any]:

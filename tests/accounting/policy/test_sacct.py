@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.policy.sacct import EndState, LineProblem, fold_runs, gpus_from_tres, parse_sacct
+from accounting.policy.sacct import EndState, LineProblem, billing_from_tres, fold_runs, gpus_from_tres, parse_sacct
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LAB = ("JobID", "JobName", "Account", "User", "QOS", "Partition", "AllocTRES", "Elapsed", "Submit", "Start", "End",
@@ -33,6 +33,20 @@ def test_gpu_counts_of_real_alloctres_strings(tres, gpus):
 def test_typed_and_untyped_counts_are_never_both_counted():
     assert gpus_from_tres("billing=41,cpu=1,gres/gpu:a100=4,gres/gpu=4,mem=1000M,node=1") == {"a100": 4}
     assert gpus_from_tres("cpu=1,gres/gpu=2") == {None: 2}
+
+
+def test_billing_is_read_from_alloctres_and_is_the_cpus_without_billing_weights():
+    assert billing_from_tres("billing=41,cpu=1,gres/gpu:a100=4,gres/gpu=4,mem=1000M,node=1") == 41.0
+    assert billing_from_tres("cpu=4,mem=1000M,node=1") == 4.0
+    assert billing_from_tres("") == 0.0
+    found = [
+        r
+        for r in runs("slurm-outputs/sacct-parsable2-allocations-duplicates.psv", LAB)
+        if not isinstance(r, LineProblem)
+    ]
+    assert found and all(r.billing > 0 for r in found if r.start)
+    job = next(iter(fold_runs(found).values()))
+    assert job.billing == job.runs[-1].billing
 
 
 def test_requeued_jobs_of_the_lab_fold_into_one_workload_with_its_eviction():

@@ -11,6 +11,7 @@ from quotas.policy.fairshare import (
     MAX_INT64,
     ShareNode,
     UsageRecord,
+    accrued_weight,
     classic_factor,
     decay_factor,
     decayed_usage,
@@ -19,8 +20,8 @@ from quotas.policy.fairshare import (
     fair_tree,
     kueue_weighted_share,
     normalized_shares,
+    slurm_share_nodes,
     subtree_usage,
-    unit_share_nodes,
 )
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
@@ -101,13 +102,75 @@ def test_subtree_usage_and_classic_factor():
     assert factor[u["serving"]] == pytest.approx(2 ** (-0.7 / 0.4))
 
 
-def test_fair_tree_on_units_ranks_underserved_first():
-    snapshot, u = _tree()
-    lines = fair_tree(unit_share_nodes(snapshot, {u["nlp"]: 30.0, u["serving"]: 70.0}))
-    # leaves: vision (unused, LevelFS inf within research), nlp, serving
+def test_fair_tree_ranks_users_underserved_first_and_accounts_without_users_rank_nobody():
+    """Issue #16.8: an account with no users is no leaf (Slurm ranks user associations only): counting
+    it would make every factor rank / 4 instead of rank / 3."""
+    nodes = slurm_share_nodes(
+        [("acme", "root", 100), ("research", "acme", 60), ("prod", "acme", 40), ("nlp", "research", 50),
+         ("vision", "research", 50), ("serving", "prod", 100), ("empty", "prod", 10)],
+        [("alice", "nlp", 1), ("bob", "vision", 1), ("carol", "serving", 1)],
+        {("nlp", "alice"): 30.0, ("serving", "carol"): 70.0},
+    )  # fmt: skip
+    lines = fair_tree(nodes)
     factors = {k: v.factor for k, v in lines.items() if v.factor is not None}
-    assert factors == {u["vision"]: 1.0, u["nlp"]: pytest.approx(2 / 3), u["serving"]: pytest.approx(1 / 3)}
-    assert lines[u["research"]].level_fs == pytest.approx(0.6 / 0.3)
+    # 4 users (the root user included): root (unused, ∞ at the top) 4/4; then acme's subtree:
+    # research (0.6 / 0.3) before prod (0.4 / 0.7); in research vision (unused) before nlp
+    assert factors == {
+        ("user", "root", "root"): 1.0,
+        ("user", "vision", "bob"): 0.75,
+        ("user", "nlp", "alice"): 0.5,
+        ("user", "serving", "carol"): 0.25,
+    }
+    assert lines[("account", "research")].level_fs == pytest.approx(0.6 / 0.3)
+    assert lines[("account", "empty")].factor is None and lines[("account", "empty")].level_fs == math.inf
+
+
+def test_user_associations_sit_beside_child_accounts():
+    """Issue #16.8: nlp has a member (alice, shares 1) and a child account llm (shares 70): alice's
+    NormShares is 1/71 among nlp's children, not 1 (as if users had a level of their own)."""
+    nodes = slurm_share_nodes(
+        [("nlp", "root", 50), ("llm", "nlp", 70)],
+        [("alice", "nlp", 1), ("dave", "llm", 1)],
+        {("nlp", "alice"): 10.0, ("llm", "dave"): 10.0},
+    )
+    lines = fair_tree(nodes)
+    assert lines[("user", "nlp", "alice")].norm_shares == pytest.approx(1 / 71)
+    assert lines[("account", "llm")].norm_shares == pytest.approx(70 / 71)
+    assert lines[("user", "nlp", "alice")].effective_usage == pytest.approx(0.5)
+    assert lines[("account", "nlp")].norm_shares == pytest.approx(50 / 51)  # beside the root user
+
+
+def test_users_tied_on_level_fs_share_a_rank_and_tied_accounts_are_walked_as_one():
+    """Slurm's fair_tree.c: equal LevelFS → equal rank; sibling accounts tied on LevelFS have their
+    children merged and ranked together."""
+    nodes = slurm_share_nodes(
+        [("a", "root", 1), ("b", "root", 1)],
+        [("u1", "a", 1), ("u2", "a", 1), ("u3", "b", 1), ("u4", "b", 1)],
+        {("a", "u1"): 5.0, ("b", "u3"): 4.0, ("b", "u4"): 1.0},
+    )
+    lines = fair_tree(nodes)
+    factors = {k[2]: v.factor for k, v in lines.items() if v.factor is not None and isinstance(k, tuple)}
+    # 5 users. The root user is unused (∞): 5/5. a and b tie (1/3 ÷ 1/2 each): their children are
+    # ranked together — u2 ∞, u4 0.5 ÷ 0.2 = 2.5, u3 0.5 ÷ 0.8 = 0.625, u1 0.5 ÷ 1 — where walking a,
+    # then b, would rank u1 before u4
+    assert lines[("account", "a")].level_fs == lines[("account", "b")].level_fs == pytest.approx(2 / 3)
+    assert factors == {
+        "root": 1.0,
+        "u2": pytest.approx(0.8),
+        "u4": pytest.approx(0.6),
+        "u3": pytest.approx(0.4),
+        "u1": pytest.approx(0.2),
+    }
+    tie = fair_tree(slurm_share_nodes([("a", "root", 1)], [("x", "a", 1), ("y", "a", 1)], {}))
+    assert tie[("user", "a", "x")].factor == tie[("user", "a", "y")].factor == 1.0  # all unused: one rank
+
+
+def test_usage_accrued_over_a_span_decays_like_slurms():
+    week = 7 * 86400.0
+    assert accrued_weight(0, 0, week, week) == pytest.approx(0.5)
+    # a job that ran for the whole week before now: the mean of 2^(−age/week) over ages 0..1 week
+    assert accrued_weight(0, week, week, week) == pytest.approx(1 / (2 * math.log(2)))
+    assert accrued_weight(10, 20, 5, week) == 1.0  # not yet accrued counts in full
 
 
 def _parse_sshare(path):
@@ -141,7 +204,7 @@ def test_fair_tree_matches_a_real_sshare(fixtures):
     """
     rows = _parse_sshare(fixtures / "slurm-outputs/sshare-a-l-P.psv")
     nodes = [
-        ShareNode(key, parent, float(f["RawShares"]), float(f["NormUsage"]) if f["User"] else 0.0)
+        ShareNode(key, parent, float(f["RawShares"]), float(f["NormUsage"]) if f["User"] else 0.0, user=bool(f["User"]))
         for key, parent, f in rows
     ]
     lines = fair_tree(nodes)
