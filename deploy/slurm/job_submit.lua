@@ -7,7 +7,8 @@
 -- Refuses, with a message saying what to do: an account Allot does not manage or has archived, a
 -- QOS the account may not use or a time limit above the QOS's, more GPUs of a type than the account
 -- could ever hold (counted over every form of GPU request), and an interactive job (salloc/srun)
--- without a time limit within the interactive tier's.
+-- without a time limit within the interactive tier's. An untyped GPU request on an account with quota
+-- for one GPU type is made that type (so it runs on, and is counted against, that type's limits).
 
 local POLICY = os.getenv("ALLOT_SLURM_POLICY") or "/etc/slurm/allot-policy.lua"
 local RELOAD = 10
@@ -58,9 +59,11 @@ end
 -- --gpus-per-node (per node × nodes), --gpus (per job), --gpus-per-task (× tasks), --gpus-per-socket
 -- (× sockets per node × nodes). Items look like "gres:gpu:a100:4", "gres/gpu:a100=4", "gres:gpu:4",
 -- "gres/gpu=4", several separated by commas.
+local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+
 local function gpus(job_desc)
   local found = {}
-  for _, field in ipairs({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}) do
+  for _, field in ipairs(GPU_FIELDS) do
     local spec = job_desc[field]
     if spec ~= nil and spec ~= "" then
       for item in string.gmatch(spec, "[^,]+") do
@@ -72,6 +75,38 @@ local function gpus(job_desc)
     end
   end
   return found
+end
+
+-- The one GPU type an account has quota for, or nil (none, or several).
+local function only_type(account)
+  local only = nil
+  for kind, limit in pairs(account.gpus) do
+    if limit > 0 then
+      if only ~= nil then return nil end
+      only = kind
+    end
+  end
+  return only
+end
+
+-- Untyped GPU requests made `kind`: Slurm then places them on those GPUs and counts them against the
+-- account's typed QOS limits (an untyped request counts against no gres/gpu:<type> limit).
+local function type_untyped(job_desc, kind)
+  for _, field in ipairs(GPU_FIELDS) do
+    local spec = job_desc[field]
+    if spec ~= nil and spec ~= "" then
+      local items, changed = {}, false
+      for item in string.gmatch(spec, "[^,]+") do
+        local prefix, sep, count = string.match(item, "^(gres[:/]gpu)([:=])(%d+)$")
+        if count ~= nil then
+          item = prefix .. ":" .. kind .. sep .. count
+          changed = true
+        end
+        items[#items + 1] = item
+      end
+      if changed then job_desc[field] = table.concat(items, ",") end
+    end
+  end
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -108,6 +143,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         qos, wall, asked, wall)
     end
   end
+  local only = only_type(account)
+  if only ~= nil then type_untyped(job_desc, only) end
   local most = 0
   for _, limit in pairs(account.gpus) do if limit > most then most = limit end end
   for kind, count in pairs(gpus(job_desc)) do

@@ -16,20 +16,22 @@ export SLURM_SEED
 #
 # Environment knobs (defaults in brackets):
 #   SLURM_CLUSTER [lab]  SLURM_NODE [gpu01]  SLURM_GPUS [8]  SLURM_GPU_TYPE [a100]
-#   SLURM_EXTRA_GPU_TYPES [h100]  more gres/gpu:<type> TRES for accounting only (no node has them), so
-#                       limits that name them are accepted: Allot's demo cluster slurm-lab is H100
+#   SLURM_EXTRA_GPU_TYPES [h100]  more GPU types on the node, SLURM_GPUS of each (fake devices too):
+#                       Allot's tests use A100s, its demo cluster slurm-lab is H100 — one stack serves both
 #   SLURM_NODE_CPUS [16] SLURM_NODE_MEM_MB [16000]   (advertised, not real: config_overrides)
 #   SLURM_DB_NAME [slurm_acct_db] SLURM_DB_USER [slurm] SLURM_DB_PASS [random, kept in slurmdbd.conf]
 #   MARIADB_ADMIN_ARGS  extra args for the `mariadb` admin client (default: auto-detect root via
 #                       unix socket, then root with empty password on 127.0.0.1:3306)
 #   SLURM_SEED [demo]   demo = create the demo org tree / QOS / users; none = cluster only
-#   SLURM_DEMO_UNIX_USERS [1]  create local Unix users for the demo users (needed for sbatch)
+#   SLURM_DEMO_UNIX_USERS [1]  create local Unix users for Allot's demo members (alice bob carol dave
+#                       erin frank) before any association names them (needed for sbatch)
 #   SLURM_WITH_RESTD [0]  1 = also run slurmrestd (JWT auth) on 127.0.0.1:6820
 #
 # Only Debian packages are used. Files written: /etc/slurm/{slurm,slurmdbd,gres}.conf,
 # /var/lib/slurm/..., /var/log/slurm/..., /run/local-slurm/... . Exit code != 0 on failure.
 set -Eeuo pipefail
 
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # before anything changes directory
 CLUSTER=${SLURM_CLUSTER:-lab}
 NODE=${SLURM_NODE:-gpu01}
 GPUS=${SLURM_GPUS:-8}
@@ -205,6 +207,43 @@ install_file() {
   install -m "$mode" -o "${owner%:*}" -g "${owner#*:}" "$tmp" "$dest"; rm -f "$tmp"; echo 1
 }
 
+# gpu:a100:8,gpu:h100:8 — GPUS of each type, the first type first
+node_gres() {
+  local t out=""
+  for t in $GPU_TYPE $EXTRA_GPU_TYPES; do out="$out${out:+,}gpu:$t:$GPUS"; done
+  echo "$out"
+}
+
+gres_lines() {
+  local t first=0
+  for t in $GPU_TYPE $EXTRA_GPU_TYPES; do
+    echo "NodeName=$NODE Name=gpu Type=$t File=$FAKEGPU/nvidia[$first-$((first + GPUS - 1))]"
+    first=$((first + GPUS))
+  done
+}
+
+# Allot's demo members (quotas/demo.py SLURM_USERS) as Unix users, before sacctmgr names them:
+# slurmctld resolves a uid when it learns an association, and a user created later stays unknown
+# until `scontrol reconfigure`
+ensure_demo_unix_users() {
+  [ "$DEMO_UNIX_USERS" = 1 ] || return 0
+  local u
+  for u in alice bob carol dave erin frank; do id "$u" >/dev/null 2>&1 || useradd -M -s /bin/sh "$u"; done
+}
+
+# job_submit.lua once Allot has published a policy snapshot (./dev run does, with this stack up;
+# or manage.py allot_slurm_policy): without one it would refuse every job
+ensure_job_submit() {
+  if [ -f "$ETC/allot-policy.lua" ] && [ -f "$HERE/job_submit.lua" ]; then
+    if ! cmp -s "$HERE/job_submit.lua" "$ETC/job_submit.lua" || ! grep -q '^JobSubmitPlugins=lua' "$ETC/slurm.conf"; then
+      log "installing Allot's job_submit.lua (a policy snapshot is at $ETC/allot-policy.lua)"
+      bash "$HERE/install-job-submit.sh" >/dev/null
+    fi
+  else
+    log "job_submit.lua not installed: no Allot policy snapshot at $ETC/allot-policy.lua yet (./dev run publishes one when this stack is up)"
+  fi
+}
+
 write_configs() {
   mkdir -p "$ETC" "$STATE" "$SPOOL" "$LOGDIR" "$FAKEGPU" "$RUNDIR"
   chown slurm:slurm "$STATE" "$SPOOL" "$LOGDIR"
@@ -212,7 +251,8 @@ write_configs() {
   # ("Removing file-less GPU"), and regular files are rejected ("not a valid character or block
   # device"). Symlinks to /dev/null are accepted.
   local i
-  for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$FAKEGPU/nvidia$i"; done
+  local types=($GPU_TYPE $EXTRA_GPU_TYPES)
+  for ((i = 0; i < GPUS * ${#types[@]}; i++)); do ln -sfn /dev/null "$FAKEGPU/nvidia$i"; done
   if [ ! -s "$JWT_KEY" ]; then
     (umask 077; head -c 32 /dev/urandom > "$JWT_KEY"); chown slurm:slurm "$JWT_KEY"; chmod 0600 "$JWT_KEY"
   fi
@@ -293,7 +333,7 @@ PreemptMode=REQUEUE
 $([ -f "$ETC/job_submit.lua" ] && echo "JobSubmitPlugins=lua" || echo "# (no job_submit.lua installed)")
 # generic resources
 GresTypes=gpu
-NodeName=$NODE NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$GPUS State=UNKNOWN
+NodeName=$NODE NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=$(node_gres) State=UNKNOWN
 PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP TRESBillingWeights="CPU=1.0,Mem=0.25G,GRES/gpu=10.0"
 EOF
 )
@@ -301,7 +341,7 @@ EOF
   local g
   g=$(install_file "$ETC/gres.conf" 0644 root:root <<EOF
 # gres.conf -- fake GPUs: symlinks to /dev/null (created by start-local-slurm.sh)
-NodeName=$NODE Name=gpu Type=$GPU_TYPE File=$FAKEGPU/nvidia[0-$((GPUS - 1))]
+$(gres_lines)
 EOF
 )
   [ "$g" = 1 ] && CHANGED_CTL=1
@@ -431,7 +471,7 @@ seed_demo() {
   if [ "$DEMO_UNIX_USERS" = 1 ]; then
     # create Unix users BEFORE the sacctmgr users: slurmctld resolves uids when it learns the
     # association; a user created later is unknown until `scontrol reconfigure`
-    for u in alice bob carol dave; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+    ensure_demo_unix_users
   fi
   # QOS: one 'guar-<team>' QOS per guaranteed pool (GrpTRES = the guarantee, counts only jobs in
   # that QOS) and one preemptible 'burst' QOS shared by everybody (MaxTRESPerAccount = borrow cap per
@@ -475,6 +515,7 @@ do_start() {
   ensure_mariadb
   ensure_db_user
   ensure_munge
+  ensure_demo_unix_users
   write_configs
   ensure_slurmdbd
   ensure_cluster
@@ -482,6 +523,7 @@ do_start() {
   ensure_slurmd
   ensure_slurmrestd
   case $SEED in demo) seed_demo ;; none) ;; *) die "SLURM_SEED must be demo or none" ;; esac
+  ensure_job_submit
   log "OK: Slurm $(sinfo -V | awk '{print $2}') cluster '$CLUSTER' up; node $NODE $(node_state); took $((SECONDS - T0))s"
 }
 

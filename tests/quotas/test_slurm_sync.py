@@ -80,7 +80,9 @@ def test_sync_converges_and_a_second_sync_writes_nothing(lab):
     }
     by_name = {q.name: q for q in qos}
     assert by_name["guar-nlp"].grp_tres == {"gres/gpu:a100": 2}  # nlp 4 − llm 2
-    assert by_name["burst-nlp"].grp_tres == {"gres/gpu:a100": 2} and by_name["burst-nlp"].preempt_mode == "requeue"
+    # strict subtree ceilings: nlp's burst of 2 is shared with its project llm (which asks 1)
+    assert by_name["burst-nlp"].grp_tres == {"gres/gpu:a100": 1} and by_name["burst-nlp"].preempt_mode == "requeue"
+    assert by_name["burst-llm"].grp_tres == {"gres/gpu:a100": 1}
     assert by_name["burst-nlp"].grace_time_s == 120 and by_name["burst-nlp"].preempt_exempt_s == 300
     assert "burst-nlp" in by_name["guar-vision"].preempt
     assert {("alice", "nlp"), ("dave", "nlp"), ("bob", "vision")} <= {(u.name, u.account) for u in users}
@@ -660,7 +662,8 @@ def test_the_dry_run_prints_the_partial_dump_it_would_load(lab, capsys):
 GPU_REQUESTS = [
     (("--gres=gpu:a100:2",), 2),
     (("--gres=gpu:a100:3",), 3),
-    (("--gres=gpu:3",), 3),  # untyped: the account's largest ceiling of any type
+    (("--gres=gpu:3",), 3),  # untyped: made the account's only GPU type (A100)
+    (("--gres=gpu:1",), 1),
     (("-N", "2", "--gres=gpu:a100:2"), 4),  # per node × nodes
     (("--gpus=a100:2",), 2),
     (("--gpus=3",), 3),
@@ -697,6 +700,9 @@ def test_every_form_of_gpu_request_is_counted_against_the_ceiling_and_a_tier_ref
             if asked <= 2:
                 assert done.returncode == 0, (extra, done.stderr)
                 held.append(done.stdout.split()[-1])
+                if extra == ("--gres=gpu:1",):  # placed on, and counted against, the A100 limits
+                    shown = _sh("scontrol", "show", "job", held[-1]).stdout
+                    assert "gpu:a100:1" in shown, shown
             else:
                 assert done.returncode != 0 and f"Allot: {asked} " in done.stderr, (extra, done.stderr)
                 assert "account vision (acme/research/vision) can ever hold: 2" in done.stderr, (extra, done.stderr)
@@ -754,3 +760,52 @@ def test_a_saved_edit_reaches_slurm_and_its_snapshot_by_itself_linked_from_the_h
     run = SyncRun.objects.filter(cluster=lab.slurm, reason__startswith="enforce").latest("id")
     page = admin_client.get(f"/units/{lab.nlp.pk}/history/").content.decode()
     assert f"slurm-lab: run {run.pk}" in page and f"/sync-runs/{run.pk}/" in page
+
+
+def test_the_demo_runs_end_to_end_on_the_local_stack(demo):
+    """Issue #16.9: `./dev run` (allot_demo, then allot_demo_slurm) with local-slurm.sh up is a working
+    demo: slurm-lab's H100 accounts synced, the snapshot published, job_submit.lua installed, and the
+    stack's node has H100s — a typed H100 job in nlp is accepted, an untyped one is made H100, one above
+    nlp's ceiling or asking for A100 (no quota) is refused with the reason."""
+    import json
+    import time
+    from io import StringIO
+    from pathlib import Path
+
+    from django.core.management import call_command
+
+    from quotas.demo import SLURM_USERS
+
+    unix_users(*sorted({u for users in SLURM_USERS.values() for u in users}))
+    out = StringIO()
+    call_command("allot_demo_slurm", stdout=out)
+    text = out.getvalue()
+    assert "synced slurm-lab into Slurm cluster 'lab'" in text and "published policy version" in text, text
+    assert "installed job_submit.lua" in text, text
+    assert "gpu:h100:8" in _sh("scontrol", "show", "node").stdout  # the node has the demo's GPU type
+    policy = json.loads(Path("/etc/slurm/allot-policy.json").read_text())
+    ceiling = policy["accounts"]["nlp"]["gpus"]["h100"]
+    held = []
+    try:
+        for _ in range(30):  # job_submit.lua looks for a new snapshot every 10 s
+            typed = _sh("sbatch", "-A", "nlp", "-H", "--gres=gpu:h100:1", "-t", "5", "--wrap", "true", user="alice")
+            if typed.returncode == 0:
+                break
+            time.sleep(1)
+        assert typed.returncode == 0, typed.stderr
+        held.append(typed.stdout.split()[-1])
+        untyped = _sh("sbatch", "-A", "nlp", "-H", "--gres=gpu:1", "-t", "5", "--wrap", "true", user="alice")
+        assert untyped.returncode == 0, untyped.stderr
+        held.append(untyped.stdout.split()[-1])
+        assert "gpu:h100:1" in _sh("scontrol", "show", "job", held[-1]).stdout
+        over = _sh(
+            "sbatch", "-A", "nlp", "-H", f"--gres=gpu:h100:{ceiling + 1}", "-t", "5", "--wrap", "true", user="alice"
+        )  # fmt: skip
+        assert over.returncode != 0 and f"can ever hold: {ceiling}" in over.stderr, over.stderr
+        a100 = _sh("sbatch", "-A", "nlp", "-H", "--gres=gpu:a100:1", "-t", "5", "--wrap", "true", user="alice")
+        assert a100.returncode != 0 and "has no A100 GPU quota" in a100.stderr, a100.stderr
+    finally:
+        for job in held:
+            _sh("scancel", job)
+        for job in held:
+            _wait(job, {""}, seconds=60)
