@@ -2,6 +2,7 @@
 sacctmgr, plan, apply, read again; a second sync writes nothing; the site's own accounts stay."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,11 @@ def lab(org):
         services.membership_add(actor=org.admin, reason="t", unit=unit, slurm_username=user)
     unix_users("alice", "bob", "dave")
     org.slurm, org.slurm_flavor = cluster, flavor
+    if Path("/etc/slurm/job_submit.lua").exists():  # an earlier test (or the demo) left job_submit.lua on:
+        from quotas.services.slurm_policy import slurm_policy_publish
+
+        # it checks this tree from now on (it looks for a new one every 10 s: tests retry a refusal that long)
+        slurm_policy_publish(cluster=cluster, out=Path("/etc/slurm/allot-policy"))
     return org
 
 
@@ -383,7 +389,9 @@ def test_import_from_the_live_cluster_then_sync_is_a_no_op(lab):
     nlp = OrgUnit.objects.get(path="acme/research/nlp", archived_at=None)
     assert nlp.kind == "team" and nlp.memberships.count() == 2
     check = cluster_sync(actor=lab.admin, reason="after import", cluster=lab.slurm, mode="dry_run")
-    assert check.status == SyncStatus.IN_SYNC, [(o.name, o.message) for o in SyncObject.objects.filter(run=check)]
+    assert check.status == SyncStatus.IN_SYNC, "\n".join(
+        f"{o.name}: {o.message}" for o in SyncObject.objects.filter(run=check)
+    )
     assert check.counts["planned_calls"] == 0
 
 
@@ -404,7 +412,9 @@ def test_import_from_a_dump_file_then_sync_is_a_no_op(lab, tmp_path):
     call_command("allot_import_slurm", "--cluster", lab.slurm.name, "--from-dump", str(dump), "--qos-file", str(qos))
     assert OrgUnit.objects.filter(path="acme/research/nlp/llm", archived_at=None).exists()
     check = cluster_sync(actor=lab.admin, reason="after import", cluster=lab.slurm, mode="dry_run")
-    assert check.status == SyncStatus.IN_SYNC, [(o.name, o.message) for o in SyncObject.objects.filter(run=check)]
+    assert check.status == SyncStatus.IN_SYNC, "\n".join(
+        f"{o.name}: {o.message}" for o in SyncObject.objects.filter(run=check)
+    )
 
 
 def test_import_refuses_an_organisation_that_exists(lab):

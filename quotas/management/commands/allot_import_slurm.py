@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from quotas.errors import InputError
 from quotas.integrations.slurm import QOS_FORMAT, Sacctmgr, SlurmError
-from quotas.models import Cluster, ClusterKind, ResourceFlavor
+from quotas.models import Cluster, ClusterKind, ResourceFlavor, SubtreeCeilings
 from quotas.policy.slurm.importer import parse_dump, read_slurm
 from quotas.policy.slurm.parse import parse_qos
 from quotas.policy.slurm.translate import slurm_cluster_name
@@ -40,7 +40,10 @@ class Command(BaseCommand):
                 f"no Slurm cluster {options['cluster']!r}: create it (kind slurm, connection_ref slurm:<name>) "
                 "and its flavors (one per GPU type, named like the gres type) first"
             )
-        flavors = sorted(ResourceFlavor.objects.filter(cluster=cluster).values_list("name", flat=True))
+        devices = dict(ResourceFlavor.objects.filter(cluster=cluster).values_list("name", "physical_devices"))
+        flavors = sorted(devices)
+        # strict subtree ceilings split each parent's burst among its subtree's burst QOS: read it back whole
+        split_from = devices if cluster.subtree_ceilings == SubtreeCeilings.STRICT else None
         if not flavors:
             raise CommandError(f"{cluster.name} has no flavors: add one per GPU type (named like gres/gpu:<type>)")
         runner = Sacctmgr()
@@ -49,10 +52,12 @@ class Command(BaseCommand):
                 _, accounts, users = parse_dump(_read(options["from_dump"]))
                 qos_text = _read(options["qos_file"]) if options["qos_file"] else None
                 qos = parse_qos(qos_text) if qos_text is not None else runner.read_qos()
-                plan = read_slurm(accounts, users, qos, flavors=flavors)
+                plan = read_slurm(accounts, users, qos, flavors=flavors, split_from=split_from)
             else:
                 accounts, users, qos, descriptions = runner.read(slurm_cluster_name(cluster.connection_ref))
-                plan = read_slurm(accounts, users, qos, flavors=flavors, descriptions=descriptions)
+                plan = read_slurm(
+                    accounts, users, qos, flavors=flavors, descriptions=descriptions, split_from=split_from
+                )
             result = slurm_import(actor=None, reason=options["reason"], cluster=cluster, plan=plan)
         except (ValueError, SlurmError, InputError) as exc:
             raise CommandError(str(exc)) from exc

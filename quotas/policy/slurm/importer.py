@@ -121,9 +121,12 @@ def read_slurm(
     *,
     flavors: Sequence[str],
     descriptions: Mapping[str, str] | None = None,
+    split_from: Mapping[str, int] | None = None,
 ) -> SlurmImport:
     """``flavors``: the names of the cluster's flavors (= GPU types). ``descriptions`` when the
-    accounts come from ``show assoc`` (which has none)."""
+    accounts come from ``show assoc`` (which has none). ``split_from``: flavor → physical devices
+    when the cluster compiles with strict subtree ceilings, whose burst QOS hold each unit's share of
+    its parent's burst: a unit's burst is then read back as its subtree's burst QOS added up."""
     found = SlurmImport()
     by_qos = {q.name: q for q in qos}
     parents = {a.name: a.parent for a in accounts}
@@ -183,6 +186,8 @@ def read_slurm(
             for flavor, gpus in unit.guarantee.items():
                 parent = found.units[unit.parent].guarantee
                 parent[flavor] = parent.get(flavor, 0) + gpus
+    if split_from is not None:
+        _unsplit_bursts(found, split_from)
     used = {name for a in accounts if a.name in found.units for name in a.qos}
     for name in sorted(used - read_as_guarantee - {"normal"}):
         if not name.startswith(("guar-", "burst-", "tier-")):
@@ -195,6 +200,26 @@ def read_slurm(
             label = q.description.removeprefix("allot: ").removeprefix(f"tier {q.name[5:]}").strip()
             found.tiers[q.name[5:].upper()] = (q.priority, q.preempt_mode == "requeue", q.max_wall_min * 60, label)
     return found
+
+
+def _unsplit_bursts(found: SlurmImport, physical: Mapping[str, int]) -> None:
+    """The inverse of strict compiling (``translate._split_bursts``): there, a unit whose ceiling is
+    below the flavor's devices gets a burst allowance of which its children's subtrees take their
+    part, and its own burst QOS holds the rest, so its burst is what its subtree's burst QOS add up
+    to. A unit whose ceiling is the whole flavor keeps its own burst QOS as its burst. Which of the
+    two a unit was is read from the sum: guarantee + subtree < devices exactly when it was bounded."""
+    subtree: dict[str, dict[str, int]] = {}
+    for unit in reversed(found.top_down()):
+        total = dict(unit.burst)
+        for child in found.units.values():
+            if child.parent == unit.name:
+                for flavor, gpus in subtree.get(child.name, {}).items():
+                    total[flavor] = total.get(flavor, 0) + gpus
+        subtree[unit.name] = total
+        for flavor, gpus in total.items():
+            devices = physical.get(flavor)
+            if devices is not None and unit.guarantee.get(flavor, 0) + gpus < devices and gpus > 0:
+                unit.burst[flavor] = gpus
 
 
 def _set_here(accounts: Sequence[SlurmAccount]) -> list[SlurmAccount]:

@@ -173,11 +173,12 @@ def test_usage_accrued_over_a_span_decays_like_slurms():
     assert accrued_weight(10, 20, 5, week) == 1.0  # not yet accrued counts in full
 
 
-def _parse_sshare(path):
-    """Rows of `sshare -a -l -P`: leading spaces give the depth; user rows have a User."""
+def parse_sshare(text):
+    """Rows of `sshare -a -l -P` as (key, parent key, fields): leading spaces give the depth; user rows
+    have a User. An account's key is ("acct", name), a user's (account, user)."""
     rows = []
     stack: list[tuple[int, object]] = []
-    lines = path.read_text().splitlines()
+    lines = text.splitlines()
     header = lines[0].split("|")
     for line in lines[1:]:
         depth = len(line) - len(line.lstrip(" "))
@@ -202,7 +203,7 @@ def test_fair_tree_matches_a_real_sshare(fixtures):
     than the normalised figures (prod: RawUsage 5749/22210 = 0.259, NormUsage 0.2787, with
     PriorityCalcPeriod=1 and jobs running), and Slurm ranks on the normalised usage.
     """
-    rows = _parse_sshare(fixtures / "slurm-outputs/sshare-a-l-P.psv")
+    rows = parse_sshare((fixtures / "slurm-outputs/sshare-a-l-P.psv").read_text())
     nodes = [
         ShareNode(key, parent, float(f["RawShares"]), float(f["NormUsage"]) if f["User"] else 0.0, user=bool(f["User"]))
         for key, parent, f in rows

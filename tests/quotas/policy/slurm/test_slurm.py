@@ -482,12 +482,8 @@ def test_when_children_ask_more_than_the_parent_has_they_share_it_in_proportion(
     assert "burst-dept" not in qos
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data())
-def test_strict_compiling_never_lets_a_subtree_exceed_its_ceiling(data):
-    """Any valid tree (children's ceilings within their parent's, guarantees within the parent's):
-    strict compiling leaves no subtree whose QOS add up to more than its ceiling, and never gives a
-    unit a burst QOS larger than its burst."""
+def _valid_tree(data):
+    """Any valid tree on 1000 A100 (children's ceilings within their parent's, guarantees within the parent's)."""
     b = TreeBuilder()
     b.flavor(A100, 1000)
     root = b.unit("org", UnitKind.ORGANISATION)
@@ -503,7 +499,15 @@ def test_strict_compiling_never_lets_a_subtree_exceed_its_ceiling(data):
             made += 1
             b.quota(kid, A100, Resource.GPU, g, burst)
             todo.append((kid, g, g + burst))
-    snapshot = b.build()
+    return b.build()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_strict_compiling_never_lets_a_subtree_exceed_its_ceiling(data):
+    """Strict compiling leaves no subtree whose QOS add up to more than its ceiling, and never gives a
+    unit a burst QOS larger than its burst."""
+    snapshot = _valid_tree(data)
     target = SlurmTarget("lab", (SlurmFlavor(A100, "a100"),))
     state = compile_slurm(snapshot, target)
     assert subtree_overcommit(snapshot, state, target) == []
@@ -511,6 +515,28 @@ def test_strict_compiling_never_lets_a_subtree_exceed_its_ceiling(data):
     for uid, unit in snapshot.units.items():
         own = qos.get(f"burst-{unit.slug}")
         assert (own.grp_tres["gres/gpu:a100"] if own else 0) <= snapshot.quota(uid, A100, Resource.GPU).burst
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_strictly_compiled_tree_read_back_compiles_to_the_same_qos(data):
+    """Importing what strict compiling wrote (each unit's burst = its subtree's burst QOS added up)
+    and compiling that again changes no QOS: an import followed by a sync is a no-op."""
+    from quotas.policy.slurm.importer import read_slurm
+
+    target = SlurmTarget("lab", (SlurmFlavor(A100, "a100"),))
+    state = compile_slurm(_valid_tree(data), target)
+    plan = read_slurm(state.accounts, [], state.qos, flavors=["a100"], split_from={"a100": 1000})
+    b = TreeBuilder()
+    b.flavor(A100, 1000)
+    ids = {}
+    for unit in plan.top_down():
+        ids[unit.name] = b.unit(unit.name, unit.kind, ids.get(unit.parent))
+        guarantee, burst = unit.guarantee.get("a100", 0), unit.burst.get("a100", 0)
+        if guarantee or burst:
+            b.quota(ids[unit.name], A100, Resource.GPU, guarantee, burst)
+    again = compile_slurm(b.build(), target)
+    assert sorted((q.name, q.grp_tres) for q in again.qos) == sorted((q.name, q.grp_tres) for q in state.qos)
 
 
 def test_coverage_says_how_subtree_ceilings_are_held_and_where_permissive_ones_are_not():
