@@ -8,10 +8,14 @@
    the local stack's cluster 'lab') from a cluster with none of Allot's objects; then a second sync
    must write nothing.
 3. sync_300_s: a real sync of a 300-account tree (team guarantees vary over eight sizes),
-   sacctmgr_calls counts its calls (reads included).
+   sacctmgr_calls counts its calls (reads included); its four reads (before, and again to prove
+   convergence) are made at once. sync_300_serial_s: the same sync with the reads one after the other
+   (Sacctmgr(concurrency=1)), as before. Writes are always one at a time: concurrent sacctmgr writes
+   deadlock slurmdbd's database (see quotas/integrations/slurm.py).
 4. load_300_s: the same 300 accounts as a dump `sacctmgr load`-ed into a fresh cluster after the
    QOS script (one sacctmgr call per QOS, as a site loading by hand would run it), so the two ways
-   compare on one machine; load_only_s is the `load` call alone.
+   compare on one machine; load_only_s is the `load` call alone. sync_to_load = sync_300_s /
+   load_300_s (the goal: at most 1.2).
 The bench owns cluster 'lab' of the local stack while it runs: it starts by syncing an empty tree,
 which deletes every account and QOS Allot created there (never the site's own), and cleans up
 after itself the same way. Each sacctmgr write costs about 0.35 s against the local slurmdbd.
@@ -78,11 +82,11 @@ def plan_only() -> float:
     return elapsed
 
 
-def _sync(cluster: object, reason: str) -> tuple[float, int, object]:
+def _sync(cluster: object, reason: str, concurrency: int = 8) -> tuple[float, int, object]:
     from quotas.integrations.slurm import Sacctmgr
     from quotas.services.sync import slurm_sync
 
-    runner = Sacctmgr()
+    runner = Sacctmgr(concurrency=concurrency)
     start = time.perf_counter()
     run = slurm_sync(actor=None, reason=reason, cluster=cluster, runner=runner)
     elapsed = time.perf_counter() - start
@@ -130,7 +134,7 @@ def demo_sync() -> float:
     return elapsed
 
 
-def tree_sync(accounts: int, prefix: str) -> tuple[float, int]:
+def tree_sync(accounts: int, prefix: str, concurrency: int = 8) -> tuple[float, int]:
     """A real sync of the generated tree through the services, from a cluster with none of Allot's objects."""
     from quotas import services
     from quotas.models import ClusterKind, OrgUnit
@@ -168,11 +172,11 @@ def tree_sync(accounts: int, prefix: str) -> tuple[float, int]:
     for uid, users in target.members.items():
         for user in users:
             services.membership_add(actor=None, reason="bench", unit=created[uid], slurm_username=user)
-    elapsed, calls, run = _sync(cluster, "bench")
-    again, _, second = _sync(cluster, "bench: second")
+    elapsed, calls, run = _sync(cluster, "bench", concurrency)
+    again, _, second = _sync(cluster, "bench: second", concurrency)
     print(
-        f"synced {accounts} accounts for real in {elapsed:.1f} s with {calls} sacctmgr calls ({run.counts}); "
-        f"a second sync: {second.status} in {again:.1f} s"
+        f"synced {accounts} accounts for real in {elapsed:.1f} s with {calls} sacctmgr calls, up to "
+        f"{concurrency} reads at once ({run.counts}); a second sync: {second.status} in {again:.1f} s"
     )
     clean_cluster()
     return elapsed, calls
@@ -235,11 +239,13 @@ def main() -> None:
     django.setup()
     call_command("migrate", verbosity=0)
     demo_s = demo_sync()
+    serial_s, _ = tree_sync(300, "bs", concurrency=1)
     sync_300_s, calls = tree_sync(300, "bt")
     load_300_s, load_only_s = load_dump(300, "bl")
     print(
-        f"plan_s={plan_s:.3f} sync_demo_s={demo_s:.1f} sync_300_s={sync_300_s:.1f} sacctmgr_calls={calls} "
-        f"load_300_s={load_300_s:.1f} load_only_s={load_only_s:.1f}"
+        f"plan_s={plan_s:.3f} sync_demo_s={demo_s:.1f} sync_300_serial_s={serial_s:.1f} sync_300_s={sync_300_s:.1f} "
+        f"sacctmgr_calls={calls} load_300_s={load_300_s:.1f} load_only_s={load_only_s:.1f} "
+        f"sync_to_load={sync_300_s / load_300_s:.2f}"
     )
 
 

@@ -1,13 +1,21 @@
-"""The only code that runs Slurm's commands: ``sacctmgr`` (four reads, then ``sacctmgr -i`` writes, each
-with its exit code and output kept) and ``sacct`` (usage, streamed). A Slurm cluster's
-``connection_ref`` is ``slurm:<cluster name in slurmdbd>``."""
+"""The only code that runs Slurm's commands: ``sacctmgr`` (four reads, made at once, then ``sacctmgr -i``
+writes one after the other, each with its exit code and output kept) and ``sacct`` (usage, streamed). A
+Slurm cluster's ``connection_ref`` is ``slurm:<cluster name in slurmdbd>``.
+
+Each sacctmgr call costs a round trip to slurmdbd (about 0.2 s to read, 0.4 s to write on the local
+stack) whatever it carries. Reads are made at once (up to ``Sacctmgr.concurrency``). Writes never are:
+measured on Slurm 22.05 with MariaDB, concurrent ``sacctmgr -i`` writes deadlock in slurmdbd's
+database ("unable to resolve deadlock", and slurmdbd exits) and leave slurmctld holding associations
+slurmdbd has deleted."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,14 +51,23 @@ class Result:
 
 
 class Sacctmgr:
-    def __init__(self, binary: str = "sacctmgr", timeout: int = 60, env: Mapping[str, str] | None = None) -> None:
-        """``env``: extra environment, e.g. ``SLURM_CONF`` for a cluster whose slurm.conf is elsewhere."""
-        self.binary, self.timeout = binary, timeout
+    def __init__(
+        self,
+        binary: str = "sacctmgr",
+        timeout: int = 60,
+        env: Mapping[str, str] | None = None,
+        concurrency: int = 8,
+    ) -> None:
+        """``env``: extra environment, e.g. ``SLURM_CONF`` for a cluster whose slurm.conf is elsewhere;
+        ``concurrency``: how many reads :meth:`run_many` makes at once (1: one after the other)."""
+        self.binary, self.timeout, self.concurrency = binary, timeout, max(1, concurrency)
         self.env = {**os.environ, **env} if env else None
         self.calls = 0
+        self._count = threading.Lock()
 
     def run(self, *argv: str) -> Result:
-        self.calls += 1
+        with self._count:
+            self.calls += 1
         try:
             done = subprocess.run(
                 [self.binary, *argv], capture_output=True, text=True, timeout=self.timeout, check=False, env=self.env
@@ -61,8 +78,22 @@ class Sacctmgr:
             raise SlurmError(f"{self.binary} {' '.join(argv[:3])} did not answer within {self.timeout} s") from exc
         return Result(tuple(argv), done.returncode, (done.stdout + done.stderr).strip())
 
+    def run_many(self, argvs: Sequence[tuple[str, ...]]) -> list[Result]:
+        """Read calls at once (up to ``concurrency``), their results in the order given. Never writes:
+        see the module's docstring."""
+        if len(argvs) <= 1 or self.concurrency == 1:
+            return [self.run(*argv) for argv in argvs]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(argvs))) as pool:
+            return list(pool.map(lambda argv: self.run(*argv), argvs))
+
     def _read(self, *argv: str) -> str:
-        result = self.run("-n", "-P", *argv)
+        return self._checked(self.run("-n", "-P", *argv))
+
+    def _read_many(self, *argvs: tuple[str, ...]) -> list[str]:
+        return [self._checked(r) for r in self.run_many([("-n", "-P", *argv) for argv in argvs])]
+
+    def _checked(self, result: Result) -> str:
+        argv = result.argv[2:]
         if result.returncode != 0:
             hint = ""
             if "connection refused" in result.output.lower() or "persistent connection" in result.output.lower():
@@ -75,19 +106,19 @@ class Sacctmgr:
 
     def read(self, cluster: str) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str]]:
         """Accounts, user associations (with each user's DefaultAccount), QOS and account
-        descriptions: four read calls."""
-        accounts, users = parse_assoc(
-            self._read("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"), ASSOC_FORMAT
+        descriptions: four read calls, made at once."""
+        assoc_text, user_text, qos_text, account_text = self._read_many(
+            ("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"),
+            ("show", "user", "format=User,DefaultAccount"),
+            ("show", "qos", f"format={','.join(QOS_FORMAT)}"),
+            ("show", "account", "format=Account,Descr"),
         )
-        defaults = dict(
-            line.lower().split("|", 1)
-            for line in self._read("show", "user", "format=User,DefaultAccount").splitlines()
-            if "|" in line
-        )
+        accounts, users = parse_assoc(assoc_text, ASSOC_FORMAT)
+        defaults = dict(line.lower().split("|", 1) for line in user_text.splitlines() if "|" in line)
         users = [SlurmUser(u.name, u.account, defaults.get(u.name, ""), u.fairshare) for u in users]
-        qos = self.read_qos()
+        qos = parse_qos(qos_text, QOS_FORMAT)
         descriptions = {}
-        for line in self._read("show", "account", "format=Account,Descr").splitlines():
+        for line in account_text.splitlines():
             name, _, description = line.partition("|")
             descriptions[name.lower()] = description.lower()
         return accounts, users, qos, descriptions

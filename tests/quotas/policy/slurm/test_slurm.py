@@ -529,9 +529,9 @@ def test_a_strictly_compiled_tree_read_back_compiles_to_the_same_qos(data):
     plan = read_slurm(state.accounts, [], state.qos, flavors=["a100"], split_from={"a100": 1000})
     b = TreeBuilder()
     b.flavor(A100, 1000)
-    ids = {}
+    ids: dict[str, int] = {}
     for unit in plan.top_down():
-        ids[unit.name] = b.unit(unit.name, unit.kind, ids.get(unit.parent))
+        ids[unit.name] = b.unit(unit.name, unit.kind, ids[unit.parent] if unit.parent else None)
         guarantee, burst = unit.guarantee.get("a100", 0), unit.burst.get("a100", 0)
         if guarantee or burst:
             b.quota(ids[unit.name], A100, Resource.GPU, guarantee, burst)
