@@ -7,14 +7,22 @@ is a lead of that unit. Leading a unit makes you responsible for what is *inside
   guarantee between the team's projects, a department head between its teams;
 * for the unit you lead itself (its envelope) you may only ask: a change request, approved by a
   lead of a unit above it (the department head), or a platform admin above the department;
-* everyone signed in may read.
+* a change request may touch units in several subtrees (a lead of teams in two departments): only
+  someone above *every* unit it changes may approve it — the lead of a common ancestor, or a
+  platform admin — never the head of one of the departments (that would let one head change
+  another's team);
+* everyone signed in may read the tree, quotas and history; a change request (its reason and
+  decision) only whoever asked, the leads of a unit it changes or above, and platform admins.
 """
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from collections.abc import Iterable
 
-from quotas.models import OrgUnit
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db.models import Q, QuerySet
+
+from quotas.models import ChangeRequest, OrgUnit
 
 Viewer = User | AbstractBaseUser | AnonymousUser | None
 
@@ -57,15 +65,75 @@ def may_request(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bo
     return is_platform_admin(user) or _within(unit.path, led_paths(user) if led is None else led, strictly=False)
 
 
-def may_approve(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bool:
-    """Approve a change to ``unit``'s envelope: a lead strictly above it, or a platform admin."""
-    return may_set_directly(user, unit, led)
+def may_approve_all(user: Viewer, units: Iterable[OrgUnit], led: list[str] | None = None) -> bool:
+    """Approve a change request that changes ``units``: a lead strictly above every one of them, or a
+    platform admin."""
+    if is_platform_admin(user):
+        return True
+    led = led_paths(user) if led is None else led
+    found = list(units)
+    return bool(found) and all(_within(u.path, led, strictly=True) for u in found)
 
 
-def approvers(unit: OrgUnit) -> list[User]:
+def request_units(request: ChangeRequest) -> list[OrgUnit]:
+    """The units a change request changes (``prefetch_related("units")`` reads a page of them at once)."""
+    return sorted(request.units.all(), key=lambda u: u.path)
+
+
+def may_decide(user: Viewer, request: ChangeRequest, led: list[str] | None = None) -> bool:
+    """Approve or reject ``request``: :func:`may_approve_all` of the units it changes."""
+    return may_approve_all(user, request_units(request), led)
+
+
+def may_read_request(user: Viewer, request: ChangeRequest, led: list[str] | None = None) -> bool:
+    """A change request, its reason and its decision: whoever asked, platform admins, and the leads of
+    any unit it changes or of a unit above one. The API's list and the portal ask this rule (the
+    list as :func:`readable_requests`)."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if is_platform_admin(user) or request.requested_by_id == getattr(user, "pk", None):
+        return True
+    led = led_paths(user) if led is None else led
+    return any(_within(u.path, led, strictly=False) for u in request_units(request))
+
+
+def readable_requests(user: Viewer) -> QuerySet[ChangeRequest]:
+    """:func:`may_read_request` as one query."""
+    if not getattr(user, "is_authenticated", False):
+        return ChangeRequest.objects.none()
+    if is_platform_admin(user):
+        return ChangeRequest.objects.all()
+    rule = Q(requested_by_id=getattr(user, "pk", None))
+    for path in led_paths(user):
+        rule |= Q(units__path=path) | Q(units__path__startswith=f"{path}/")
+    return ChangeRequest.objects.filter(pk__in=ChangeRequest.objects.filter(rule).values("pk"))
+
+
+def common_unit(units: Iterable[OrgUnit]) -> OrgUnit | None:
+    """The lowest unit that is, or is above, every one of ``units`` (None across organisations)."""
+    found = list(units)
+    if not found:
+        return None
+    parts = [u.path.split("/") for u in found]
+    common: list[str] = []
+    for segments in zip(*parts, strict=False):
+        if len(set(segments)) != 1:
+            break
+        common.append(segments[0])
+    if not common:
+        return None
+    path = "/".join(common)
+    return (
+        next((u for u in found if u.path == path), None)
+        or OrgUnit.objects.filter(path=path, archived_at__isnull=True).first()
+    )
+
+
+def approvers(unit: OrgUnit, *, inclusive: bool = False) -> list[User]:
     """Who should hear of a request on ``unit``: the leads of the nearest unit above it that has
-    leads; platform admins when no unit above has any."""
-    node = unit.parent
+    leads (``inclusive``: ``unit`` itself counts — it is above every unit the request changes);
+    platform admins when no unit above has any."""
+    node = unit if inclusive else unit.parent
     while node is not None:
         leads = list(node.leads.filter(is_active=True))
         if leads:

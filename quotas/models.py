@@ -463,7 +463,13 @@ class ChangeRequest(models.Model):
         OrgUnit,
         on_delete=PROTECT,
         related_name="change_requests",
-        help_text="The highest unit the changes touch; approvers lead a unit above it.",
+        help_text="The lowest unit at or above every unit the changes touch (where it is listed).",
+    )
+    units = models.ManyToManyField(
+        OrgUnit,
+        related_name="touched_by_requests",
+        blank=True,
+        help_text="Every unit the changes touch: an approver must lead a unit above each (quotas/access.py).",
     )
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=PROTECT, related_name="+")
     reason = models.TextField()

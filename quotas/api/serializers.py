@@ -470,6 +470,7 @@ class ChangeRequestOut(serializers.ModelSerializer):
     unit_path = serializers.CharField(source="unit.path", read_only=True)
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+    unit_paths = serializers.SerializerMethodField(help_text="Every unit the changes touch.")
 
     class Meta:
         model = ChangeRequest
@@ -477,6 +478,7 @@ class ChangeRequestOut(serializers.ModelSerializer):
             "id",
             "unit",
             "unit_path",
+            "unit_paths",
             "requested_by",
             "reason",
             "changes",
@@ -487,6 +489,9 @@ class ChangeRequestOut(serializers.ModelSerializer):
             "decision_comment",
             "outcome",
         ]
+
+    def get_unit_paths(self, obj: ChangeRequest) -> list[str]:
+        return sorted(u.path for u in obj.units.all())
 
 
 class DecisionIn(serializers.Serializer):

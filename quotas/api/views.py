@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from quotas import selectors, services
+from quotas.access import readable_requests
 from quotas.errors import InputError
 from quotas.models import (
     AuditEvent,
@@ -439,12 +440,20 @@ def preview_view(request: Request) -> Response:
 
 class ChangeRequestViewSet(ReadViewSet):
     """Quota changes above the requester's envelope. Anyone signed in may ask for units they lead;
-    a lead of a unit above (or a platform admin) approves or rejects."""
+    a lead of a unit above every unit a request changes (or a platform admin) approves or rejects.
+    Listed and read by whoever asked, the leads of a unit it changes or above, and platform admins."""
 
     queryset = ChangeRequest.objects.select_related("unit", "requested_by", "decided_by")
     serializer_class = s.ChangeRequestOut
     permission_classes = [IsAuthenticated]
     filterset_fields = ["status", "unit"]
+
+    def get_queryset(self) -> QuerySet[ChangeRequest]:
+        return (
+            readable_requests(self.request.user)
+            .select_related("unit", "requested_by", "decided_by")
+            .prefetch_related("units")
+        )
 
     @extend_schema(request=s.QuotaBulkIn, responses={201: s.ChangeRequestOut})
     def create(self, request: Request) -> Response:
@@ -458,7 +467,7 @@ class ChangeRequestViewSet(ReadViewSet):
     def approve(self, request: Request, pk: str) -> Response:
         data = _input(s.DecisionIn, request)
         decided = services.change_request_approve(
-            actor=request.user, request=self.get_object(), comment=data.get("comment", "")
+            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
         )
         return Response(s.ChangeRequestOut(decided).data)
 
@@ -467,9 +476,14 @@ class ChangeRequestViewSet(ReadViewSet):
     def reject(self, request: Request, pk: str) -> Response:
         data = _input(s.DecisionIn, request)
         decided = services.change_request_reject(
-            actor=request.user, request=self.get_object(), comment=data.get("comment", "")
+            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
         )
         return Response(s.ChangeRequestOut(decided).data)
+
+
+def _any_request(pk: str) -> ChangeRequest:
+    """A request to decide, readable or not: the service answers 403 with who may decide it."""
+    return get_object_or_404(ChangeRequest, pk=pk)
 
 
 # --- audit and reports -----------------------------------------------------------------------------------

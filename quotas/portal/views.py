@@ -11,7 +11,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from quotas import selectors, services
-from quotas.access import NotAllowedError, led_paths, may_approve, may_request, may_set_directly
+from quotas.access import (
+    NotAllowedError,
+    led_paths,
+    may_decide,
+    may_read_request,
+    may_request,
+    may_set_directly,
+)
 from quotas.errors import InputError
 from quotas.models import (
     AuditEvent,
@@ -272,8 +279,10 @@ def requests_list(request: HttpRequest) -> HttpResponse:
     led = led_paths(request.user)  # once, not once per pending request
     pending = [
         r
-        for r in ChangeRequest.objects.filter(status=ChangeRequestStatus.PENDING).select_related("unit", "requested_by")
-        if may_approve(request.user, r.unit, led)
+        for r in ChangeRequest.objects.filter(status=ChangeRequestStatus.PENDING)
+        .select_related("unit", "requested_by")
+        .prefetch_related("units")
+        if may_decide(request.user, r, led)
     ]
     return render(request, "quotas/requests.html", {"mine": mine, "to_decide": pending})
 
@@ -283,13 +292,12 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
     change_request = get_object_or_404(
         ChangeRequest.objects.select_related("unit", "requested_by", "decided_by"), pk=request_id
     )
-    if not (
-        may_request(request.user, change_request.unit)
-        or may_approve(request.user, change_request.unit)
-        or change_request.requested_by_id == request.user.pk
-    ):
-        raise PermissionDenied(f"change requests on {change_request.unit.path} are for its leads and the leads above")
-    can_decide = may_approve(request.user, change_request.unit) and change_request.status == "pending"
+    if not may_read_request(request.user, change_request):
+        raise PermissionDenied(
+            f"change requests on {change_request.unit.path} are for whoever asked, the leads of the units they "
+            "change and above, and platform admins"
+        )
+    can_decide = may_decide(request.user, change_request) and change_request.status == "pending"
     if request.method == "POST" and can_decide:
         decision, comment = request.POST.get("decision"), request.POST.get("comment", "")
         try:

@@ -16,7 +16,16 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from quotas.access import NotAllowedError, Viewer, approvers, may_approve, may_request, signed_in
+from quotas.access import (
+    NotAllowedError,
+    Viewer,
+    approvers,
+    common_unit,
+    may_approve_all,
+    may_request,
+    request_units,
+    signed_in,
+)
 from quotas.errors import InputError, StaleVersionError
 from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota
 from quotas.policy.invariants import check_quota_edits
@@ -75,11 +84,13 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
             raise InputError("unit", f"unit #{change.unit_id} does not exist or is archived", "pick an active unit")
         if not may_request(actor, unit):
             raise NotAllowedError(f"you lead neither {unit.path} nor a unit above it")
-    top = min(units.values(), key=lambda u: u.depth)
-    keys = flavor_keys()
+    # the request belongs to the lowest unit above (or at) all its items; only someone above every item
+    # may approve it (quotas/access.py)
+    top = common_unit(units.values()) or min(units.values(), key=lambda u: u.depth)
     current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
     based: list[QuotaChange] = []
     edits = {}
+    keys = flavor_keys()
     for c in changes:
         row = current.get((c.unit_id, c.flavor_id, c.resource.value))
         version = c.expected_version if c.expected_version is not None else (row.version if row else 0)
@@ -99,6 +110,7 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     request = ChangeRequest.objects.create(
         unit=top, requested_by=actor, reason=reason, created_at=timezone.now(), changes=[_as_dict(c) for c in based]
     )
+    request.units.set(units.values())
     audit_write(
         [
             audit_event(
@@ -117,7 +129,7 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     _mail_on_commit(
         request,
         "submitted",
-        approvers(top),
+        approvers(top, inclusive=top.pk not in units),
         f"{actor.get_username()} asks for a quota change on {top.path}: {reason}",
     )
     return request
@@ -172,8 +184,12 @@ def change_request_reject(*, actor: Viewer, request: ChangeRequest, comment: str
 
 def _locked_pending(request: ChangeRequest, actor: User) -> ChangeRequest:
     locked = ChangeRequest.objects.select_for_update().select_related("unit", "requested_by").get(pk=request.pk)
-    if not may_approve(actor, locked.unit):
-        raise NotAllowedError(f"only a lead of a unit above {locked.unit.path}, or a platform admin, may decide")
+    units = request_units(locked)
+    if not may_approve_all(actor, units):
+        paths = ", ".join(u.path for u in units)
+        raise NotAllowedError(
+            f"only a lead of a unit above every unit this request changes ({paths}), or a platform admin, may decide"
+        )
     if locked.status != ChangeRequestStatus.PENDING:
         raise InputError(
             "status", f"request #{locked.pk} is {locked.get_status_display().lower()} already", "nothing to decide"

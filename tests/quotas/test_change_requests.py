@@ -128,3 +128,57 @@ def test_the_same_request_sent_twice_is_recorded_once(people):
     assert again.pk == first.pk and other.pk != first.pk
     assert len(mail.outbox) == 2
     assert AuditEvent.objects.filter(action="change_request_submit").count() == 2
+
+
+def test_a_request_across_two_departments_is_decided_only_above_both(people):
+    """Issue #13.1: a lead of teams in two departments asks for research/nlp and production/ranking;
+    the head of production approved it and research/nlp's guarantee changed. Only someone above every
+    unit a request changes may decide it: the head of one department may not, acme's admin may."""
+    lead = people["lead-nlp"]
+    OrgUnit.objects.get(path="acme/production/ranking").leads.add(lead)
+    head_production = User.objects.get(username="head-production")
+    nlp_before, ranking_before = gpu("acme/research/nlp").guarantee, gpu("acme/production/ranking").guarantee
+    request = services.change_request_submit(
+        actor=lead,
+        reason="one project across both teams",
+        changes=[change("acme/research/nlp", nlp_before + 1), change("acme/production/ranking", ranking_before + 1)],
+    )
+    assert request.unit.path == "acme"  # listed where both meet
+    assert sorted(u.path for u in request.units.all()) == ["acme/production/ranking", "acme/research/nlp"]
+    # nobody leads acme in the demo: the platform admins hear of it, not one department's head
+    assert [m.to for m in mail.outbox] == [["admin@example.org"]]
+    for head in (head_production, people["head-research"]):
+        with pytest.raises(NotAllowedError, match="above every unit this request changes"):
+            services.change_request_approve(actor=head, request=request)
+        with pytest.raises(NotAllowedError):
+            services.change_request_reject(actor=head, request=request, comment="no")
+    assert gpu("acme/research/nlp").guarantee == nlp_before  # nothing applied
+    services.change_request_approve(actor=people["admin"], request=request)
+    assert gpu("acme/research/nlp").guarantee == nlp_before + 1
+    assert gpu("acme/production/ranking").guarantee == ranking_before + 1
+
+
+def test_who_reads_a_change_request_is_one_rule_for_the_portal_and_the_api(people):
+    """Issue #13.8: the API let any signed-in user read every request and its reason while the portal
+    refused a viewer. Now both ask quotas.access.may_read_request: whoever asked, the leads of a unit
+    it changes or above, platform admins."""
+    from django.test import Client
+
+    request = services.change_request_submit(
+        actor=people["lead-nlp"],
+        reason="secret project codename",
+        changes=[change("acme/research/nlp", gpu("acme/research/nlp").guarantee + 1)],
+    )
+    readers = {"lead-nlp": True, "head-research": True, "admin": True, "viewer": False, "lead-vision": False}
+    for name, may in readers.items():
+        client = Client()
+        client.force_login(User.objects.get(username=name))
+        page = client.get(f"/requests/{request.pk}/")
+        one = client.get(f"/api/v1/change-requests/{request.pk}/")
+        listed = client.get("/api/v1/change-requests/").json()
+        ids = [r["id"] for r in listed.get("results", listed)]
+        assert (page.status_code, one.status_code, request.pk in ids) == (
+            (200, 200, True) if may else (403, 404, False)
+        ), name
+        if may:
+            assert one.json()["unit_paths"] == ["acme/research/nlp"]
