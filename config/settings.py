@@ -92,7 +92,13 @@ DATABASES = {
     ),
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # WAL: readers (the live check) never wait for a writer (a save); IMMEDIATE: a transaction takes the
+    # write lock when it begins, so two at once queue (timeout) instead of failing "database is locked"
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -31,10 +31,56 @@ class StaleVersionError(Exception):
         super().__init__(f"{what} changed since version {expected}: it is now version {current.get('version')}")
 
 
-def full_clean(obj: Any, exclude: Iterable[str] = ()) -> None:
-    """``obj.full_clean()`` (field validators, no constraints), its errors as an InputError per field."""
-    from django.core.exceptions import ValidationError
+PLAIN_TEXT = "remove it (paste the text as plain text)"
+MAX_TEXT = 4000
+"""The longest reason or comment accepted (characters): a few paragraphs; link a document for more."""
 
+
+def control_character(text: str) -> str | None:
+    """The first control character in ``text`` other than tab and line breaks, as ``U+XXXX``."""
+    for char in text:
+        if (ord(char) < 32 and char not in "\t\n\r") or 127 <= ord(char) < 160:
+            return f"U+{ord(char):04X}"
+    return None
+
+
+def clean_text(field: str, value: Any, *, required: bool, max_length: int = MAX_TEXT, what: str = "") -> str:
+    """``value`` as stripped text, or an InputError naming ``field``: not text (a JSON number where a
+    sentence belongs), empty when ``required``, longer than ``max_length``, or with a control character
+    (a NUL byte, which PostgreSQL cannot store, usually comes from pasting binary text)."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InputError(field, f"must be text, got {type(value).__name__} {value!r}", "send it as a string")
+    text = value.strip()
+    if required and not text:
+        raise InputError(field, f"{what or field} is required", "say in a sentence why")
+    bad = control_character(text)
+    if bad:
+        raise InputError(field, f"contains the control character {bad}", PLAIN_TEXT)
+    if len(text) > max_length:
+        raise InputError(
+            field, f"is {len(text)} characters long, above the limit of {max_length}", "shorten it, or link a document"
+        )
+    return text
+
+
+def full_clean(obj: Any, exclude: Iterable[str] = ()) -> None:
+    """``obj.full_clean()`` (field validators, no constraints), its errors as an InputError per field;
+    first, no text field may hold a control character."""
+    from django.core.exceptions import ValidationError
+    from django.db import models
+
+    for model_field in obj._meta.concrete_fields:
+        if isinstance(model_field, (models.CharField, models.TextField)) and model_field.name not in exclude:
+            value = getattr(obj, model_field.attname, None)
+            bad = control_character(value) if isinstance(value, str) else None
+            if bad:
+                raise InputError(
+                    model_field.name,
+                    f"contains the control character {bad}",
+                    "remove it (paste the text as plain text)",
+                )
     try:
         obj.full_clean(exclude=list(exclude), validate_constraints=False)
     except ValidationError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from quotas.errors import MAX_TEXT
 from quotas.models import (
     AuditEvent,
     CapacityReservation,
@@ -56,8 +57,20 @@ class DurationField(serializers.Field):
         return value
 
 
+class Text(serializers.CharField):
+    """A string field that takes only JSON strings: a number or a boolean where text belongs (``"reason":
+    5``) is a client's mistake, refused with the field's name rather than turned into "5"."""
+
+    default_error_messages = {"not_text": "Must be a JSON string (text in quotes), not {kind}."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_text", kind=type(data).__name__)
+        return str(super().to_internal_value(data))
+
+
 class ReasonMixin(serializers.Serializer):
-    reason = serializers.CharField(help_text="Why this change is made; kept in the audit trail.")
+    reason = Text(max_length=MAX_TEXT, help_text="Why this change is made; kept in the audit trail.")
 
 
 # --- clusters, flavors, reservations -------------------------------------------------------
@@ -82,11 +95,11 @@ class ClusterOut(serializers.ModelSerializer):
 
 
 class ClusterIn(ReasonMixin):
-    name = serializers.CharField(max_length=63)
+    name = Text(max_length=63)
     kind = serializers.ChoiceField(choices=ClusterKind.choices)
-    display_name = serializers.CharField(required=False, allow_blank=True)
-    description = serializers.CharField(required=False, allow_blank=True)
-    connection_ref = serializers.CharField(required=False, allow_blank=True)
+    display_name = Text(required=False, allow_blank=True)
+    description = Text(required=False, allow_blank=True)
+    connection_ref = Text(required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False)
     drift_policy = serializers.ChoiceField(choices=DriftPolicy.choices, required=False)
     fairshare_half_life = serializers.IntegerField(
@@ -129,15 +142,15 @@ class FlavorOut(serializers.ModelSerializer):
 
 class FlavorIn(ReasonMixin):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
-    name = serializers.CharField(max_length=63)
-    accelerator_model = serializers.CharField()
+    name = Text(max_length=63)
+    accelerator_model = Text()
     device_memory_gb = serializers.IntegerField(min_value=0)
-    interconnect = serializers.CharField(required=False, allow_blank=True)
+    interconnect = Text(required=False, allow_blank=True)
     physical_devices = serializers.IntegerField(min_value=0)
     headroom_devices = serializers.IntegerField(min_value=0, required=False)
     cpu_capacity = serializers.CharField(required=False, allow_null=True, help_text='e.g. "4800" cores or "500m"')
     memory_capacity = serializers.CharField(required=False, allow_null=True, help_text='e.g. "50Ti"')
-    node_labels = serializers.DictField(child=serializers.CharField(), required=False)
+    node_labels = serializers.DictField(child=Text(), required=False)
     tolerations = serializers.ListField(child=serializers.DictField(), required=False)
     billing_weight = serializers.DecimalField(max_digits=8, decimal_places=3, min_value=0, required=False)  # type: ignore[arg-type]
     price_per_device_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0, required=False)  # type: ignore[arg-type]
@@ -160,9 +173,9 @@ class ReservationOut(serializers.ModelSerializer):
 
 class ReservationIn(ReasonMixin):
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.select_related("cluster"))
-    name = serializers.CharField(max_length=63)
+    name = Text(max_length=63)
     devices = serializers.IntegerField(min_value=0)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = Text(required=False, allow_blank=True, default="")
 
 
 # --- contracts and tiers ---------------------------------------------------------------------
@@ -195,8 +208,8 @@ class ContractOut(serializers.ModelSerializer):
 
 
 class ContractIn(ReasonMixin):
-    name = serializers.CharField(max_length=63)
-    description = serializers.CharField(required=False, allow_blank=True)
+    name = Text(max_length=63)
+    description = Text(required=False, allow_blank=True)
     reclaim_within = DurationField()
     grace_period = DurationField()
     min_run_window = DurationField(required=False)
@@ -223,12 +236,12 @@ class TierOut(serializers.ModelSerializer):
 
 class TierIn(ReasonMixin):
     name = serializers.RegexField(r"^P[0-9]$", error_messages={"invalid": "Tiers are named P0–P9."})
-    display_name = serializers.CharField()
+    display_name = Text()
     priority = serializers.IntegerField(min_value=-(2**31), max_value=2**31 - 1)
     preemptible = serializers.BooleanField(required=False)
     opportunistic = serializers.BooleanField(required=False)
     max_runtime = DurationField(required=False, allow_null=True)
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = Text(required=False, allow_blank=True)
 
 
 # --- units -------------------------------------------------------------------------------------
@@ -280,25 +293,25 @@ class UnitCreateIn(ReasonMixin):
     parent = serializers.PrimaryKeyRelatedField(  # type: ignore[assignment]  # see UnitOut.parent
         queryset=OrgUnit.objects.all(), allow_null=True
     )
-    kind = serializers.CharField()
-    slug = serializers.CharField(max_length=63)
-    name = serializers.CharField(required=False, allow_blank=True, default="")
+    kind = Text()
+    slug = Text(max_length=63)
+    name = Text(required=False, allow_blank=True, default="")
     weight = serializers.DecimalField(max_digits=12, decimal_places=4, required=False, default=Decimal(1))
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = Text(required=False, allow_blank=True, default="")
     contract = serializers.SlugRelatedField(
         slug_field="name", queryset=ReclamationContract.objects.all(), required=False, allow_null=True, default=None
     )
-    slurm_account = serializers.CharField(required=False, allow_blank=True, default="")
+    slurm_account = Text(required=False, allow_blank=True, default="")
 
 
 class UnitUpdateIn(ReasonMixin):
-    name = serializers.CharField(required=False)
-    description = serializers.CharField(required=False, allow_blank=True)
+    name = Text(required=False)
+    description = Text(required=False, allow_blank=True)
     weight = serializers.DecimalField(max_digits=12, decimal_places=4, required=False)
     contract = serializers.SlugRelatedField(
         slug_field="name", queryset=ReclamationContract.objects.all(), required=False, allow_null=True
     )
-    slurm_account = serializers.CharField(required=False, allow_blank=True)
+    slurm_account = Text(required=False, allow_blank=True)
     allowed_tiers = serializers.SlugRelatedField(
         slug_field="name", queryset=WorkloadTier.objects.all(), many=True, required=False
     )
@@ -380,7 +393,7 @@ class QuotaUpdateIn(QuotaValuesIn, ReasonMixin):
 class QuotaChangeIn(QuotaValuesIn):
     unit = serializers.PrimaryKeyRelatedField(queryset=OrgUnit.objects.all())
     flavor = serializers.PrimaryKeyRelatedField(queryset=ResourceFlavor.objects.all())
-    resource = serializers.CharField(help_text='"nvidia.com/gpu" (or "gpu"), "cpu" or "memory"')
+    resource = Text(help_text='"nvidia.com/gpu" (or "gpu"), "cpu" or "memory"')
     version = serializers.IntegerField(
         required=False, min_value=0, help_text="The version you edited; 0 means 'must not exist yet'."
     )
@@ -397,8 +410,29 @@ class QuotaCreateIn(QuotaChangeIn, ReasonMixin):
     pass
 
 
+class QuotaVersionedChangeIn(QuotaChangeIn):
+    version = serializers.IntegerField(
+        min_value=0,
+        help_text="The version you edited (a quota's `version`, from GET; 0 for one that does not exist yet): "
+        "required, so a change never overwrites one you did not see.",
+        error_messages={
+            "required": "Send the version you edited: the quota's `version` from GET (0 for one that does not "
+            "exist yet), so a change never overwrites one you did not see."
+        },
+    )
+
+
 class QuotaBulkIn(ReasonMixin):
-    changes = QuotaChangeIn(many=True, allow_empty=False)
+    changes = QuotaVersionedChangeIn(many=True, allow_empty=False)
+
+
+class ChangeRequestIn(ReasonMixin):
+    changes = QuotaChangeIn(
+        many=True,
+        allow_empty=False,
+        help_text="Each item's `version` is optional here: the request records the version current when it is "
+        "made, and approval refuses it as stale if the quota changed since.",
+    )
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -495,4 +529,4 @@ class ChangeRequestOut(serializers.ModelSerializer):
 
 
 class DecisionIn(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, default="")
+    comment = Text(required=False, allow_blank=True, default="", max_length=MAX_TEXT)

@@ -329,8 +329,10 @@ def _parse_if_match(request: Request, quota: Quota) -> int:
     header = request.headers.get("If-Match", "").strip()
     if not header:
         raise PreconditionRequired(f"Send If-Match: {quota.etag} (this quota's current ETag) with the change.")
-    if header == "*":
-        return quota.version
+    if header == "*":  # "any version" would overwrite whatever someone else saved in between
+        raise PreconditionRequired(
+            f"If-Match: * is not accepted: send If-Match: {quota.etag} (the ETag of the version you edited, from GET)."
+        )
     tag = header.removeprefix("W/").strip('"')
     prefix = f"q{quota.pk}-v"
     if not tag.startswith(prefix) or not tag[len(prefix) :].isdigit():
@@ -455,9 +457,9 @@ class ChangeRequestViewSet(ReadViewSet):
             .prefetch_related("units")
         )
 
-    @extend_schema(request=s.QuotaBulkIn, responses={201: s.ChangeRequestOut})
+    @extend_schema(request=s.ChangeRequestIn, responses={201: s.ChangeRequestOut})
     def create(self, request: Request) -> Response:
-        data = _input(s.QuotaBulkIn, request)
+        data = _input(s.ChangeRequestIn, request)
         changes = _quota_changes(data["changes"])
         created = services.change_request_submit(actor=request.user, reason=data["reason"], changes=changes)
         return Response(s.ChangeRequestOut(created).data, status=status.HTTP_201_CREATED)

@@ -57,7 +57,8 @@ _SUFFIXES: dict[str, Decimal] = {
     "Ei": Decimal(2**60),
 }
 _QUANTITY_RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$",
+    re.ASCII,  # \d is 0-9 only: "１２" (full-width digits) is not a quantity
 )
 # Base-unit multiplier applied after the quantity is read: CPU is kept in millicores.
 _BASE_SCALE = {Resource.GPU: Decimal(1), Resource.CPU: Decimal(1000), Resource.MEMORY: Decimal(1)}
@@ -116,9 +117,22 @@ def parse_quantity(resource: Resource, raw: object) -> int:
 
 
 def _read_text(resource: Resource, text: str) -> Decimal:
+    if not text.isascii():
+        odd = next(c for c in text if not c.isascii())
+        raise QuantityError(
+            resource, text, f"{text!r} has the character {odd!r} (U+{ord(odd):04X})", "type it with the digits 0-9"
+        )
     match = _QUANTITY_RE.match(text)
     if not match:
         raise QuantityError(resource, text, f"{text!r} is not a quantity", _example(resource))
+    if resource is Resource.GPU and (match["suffix"] or match["exp"]):
+        raise QuantityError(
+            resource,
+            text,
+            f"{text!r} has a suffix or an exponent, and GPUs are counted one by one ({text!r} would be "
+            f"{_scaled_for_message(match)} GPUs)",
+            'write the number of GPUs, e.g. "8"',
+        )
     try:
         number = Decimal(match["num"])
         if match["exp"]:
@@ -126,6 +140,15 @@ def _read_text(resource: Resource, text: str) -> Decimal:
     except (InvalidOperation, ValueError, OverflowError) as exc:
         raise QuantityError(resource, text, f"{text!r} is not a quantity", _example(resource)) from exc
     return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def _scaled_for_message(match: re.Match[str]) -> str:
+    try:
+        number = Decimal(match["num"])
+        value = number * (Decimal(10) ** int(match["exp"][1:])) if match["exp"] else number * _SUFFIXES[match["suffix"]]
+    except (InvalidOperation, ValueError, OverflowError):
+        return "an unreadable number of"
+    return f"{value.normalize():f}"
 
 
 def parse_decimal_quantity(text: str) -> Decimal:

@@ -7,17 +7,18 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.utils import timezone
 
-from quotas.errors import InputError
+from quotas.errors import InputError, clean_text
 from quotas.models import AuditEvent
 
 Actor = AbstractBaseUser | AnonymousUser | None
 
 
 def require_reason(reason: str) -> str:
-    text = (reason or "").strip()
-    if not text:
+    """The reason of a change, stripped; InputError when it is missing, not text, too long or holds a
+    control character."""
+    if not (reason.strip() if isinstance(reason, str) else reason):
         raise InputError("reason", "a reason is required", "say in a sentence why this change is made")
-    return text
+    return clean_text("reason", reason, required=True)
 
 
 def audit_event(

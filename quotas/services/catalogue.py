@@ -103,14 +103,22 @@ def flavor_set(*, actor: Actor, reason: str, cluster: Cluster, name: str, **fiel
 
 @transaction.atomic
 def reservation_set(
-    *, actor: Actor, reason: str, flavor: ResourceFlavor, name: str, devices: int, description: str = ""
+    *,
+    actor: Actor,
+    reason: str,
+    flavor: ResourceFlavor,
+    name: str,
+    devices: int | None = None,
+    description: str | None = None,
 ) -> CapacityReservation:
-    """Create or resize a non-preemptible reservation; refused when guarantees would no longer fit."""
+    """Create or resize a non-preemptible reservation; refused when guarantees would no longer fit.
+    A field left out (None) keeps its value; a new reservation needs ``devices``."""
     reason = require_reason(reason)
     lock_flavors([flavor.pk])
-    reservation, created, before, after = _upsert(
-        CapacityReservation, {"flavor": flavor, "name": name}, {"devices": devices, "description": description}
-    )
+    fields: dict[str, Any] = {k: v for k, v in (("devices", devices), ("description", description)) if v is not None}
+    if "devices" not in fields and not CapacityReservation.objects.filter(flavor=flavor, name=name).exists():
+        raise InputError("devices", f"reservation {name} on {flavor.key} is new", "say how many devices it holds")
+    reservation, created, before, after = _upsert(CapacityReservation, {"flavor": flavor, "name": name}, fields)
     _check_capacity(flavor)
     _audit(actor, reason, "reservation_set", reservation, f"{flavor.key} {name}", created, before, after)
     return reservation

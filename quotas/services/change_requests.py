@@ -26,7 +26,7 @@ from quotas.access import (
     request_units,
     signed_in,
 )
-from quotas.errors import InputError, StaleVersionError
+from quotas.errors import InputError, StaleVersionError, clean_text
 from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.quantity import Resource
@@ -143,6 +143,7 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
     NotAllowedError when the actor may not approve it, InputError when it is not pending.
     """
     actor = signed_in(actor)
+    comment = clean_text("comment", comment, required=False)
     request = _locked_pending(request, actor)
     changes = [_as_change(c) for c in request.changes]
     try:
@@ -175,10 +176,11 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
 @transaction.atomic
 def change_request_reject(*, actor: Viewer, request: ChangeRequest, comment: str) -> ChangeRequest:
     actor = signed_in(actor)
-    if not (comment or "").strip():
+    if not (comment.strip() if isinstance(comment, str) else comment):
         raise InputError("comment", "a comment is required to reject", "tell the requester why")
+    comment = clean_text("comment", comment, required=True)
     request = _locked_pending(request, actor)
-    _decide(request, actor, ChangeRequestStatus.REJECTED, comment.strip(), {})
+    _decide(request, actor, ChangeRequestStatus.REJECTED, comment, {})
     return request
 
 

@@ -197,3 +197,41 @@ def test_a_platform_admin_changes_a_clusters_settings_on_the_clusters_page(demo)
     assert (cluster.connection_ref, cluster.drift_policy) == ("in-cluster", "correct")
     event = AuditEvent.objects.filter(action="cluster_set").latest("at")
     assert event.reason == "r" and (event.after or {}).get("drift_policy") == "correct"
+
+
+def test_text_that_cannot_be_stored_is_refused_with_the_field_not_a_500(demo):
+    """Issue #13.3/#13.4: a NUL byte in a reason or a decision comment was a 500 on PostgreSQL; reasons
+    had no length limit."""
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = {**form_for(client, project), field(project, "guarantee"): "44"}
+    for reason, says in (("eval\x00 needs more", "control character U+0000"), ("x" * 5000, "above the limit of 4000")):
+        page = client.post(f"/units/{project.pk}/quotas/", {**data, "reason": reason})
+        assert page.status_code == 400 and says in page.content.decode(), reason[:20]
+    assert gpu(project.path).guarantee == 48
+    lead = signed_in("lead-nlp")
+    team = unit("acme/research/nlp")
+    lead.post(f"/units/{team.pk}/quotas/", {**form_for(lead, team), field(team, "guarantee"): "84", "reason": "r"})
+    request = ChangeRequest.objects.get()
+    head = signed_in("head-research")
+    page = head.post(f"/requests/{request.pk}/", {"decision": "approve", "comment": "ok\x00"}, follow=True)
+    assert page.status_code == 200 and "control character U+0000" in page.content.decode()
+    request.refresh_from_db()
+    assert request.status == "pending" and gpu(team.path).guarantee == 81
+
+
+def test_the_edit_form_loads_its_guard_against_saving_during_a_check(demo):
+    """The script that keeps the live check from racing a save (exercised in the browser tests) is on
+    the page and served."""
+    client = signed_in("lead-nlp")
+    project = unit("acme/research/nlp/llm-pretrain")
+    page = client.get(f"/units/{project.pk}/quotas/").content.decode()
+    assert 'src="/static/allot/quota-form.js"' in page
+    from pathlib import Path
+
+    from django.contrib.staticfiles import finders
+
+    found = finders.find("allot/quota-form.js")
+    assert isinstance(found, str)
+    script = Path(found).read_text()
+    assert "htmx:beforeRequest" in script and "preventDefault" in script

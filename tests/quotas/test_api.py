@@ -119,8 +119,8 @@ def test_create_quota_with_kubernetes_syntax_and_unknown_resource(api, org):
 
 def test_bulk_is_all_or_nothing(api, org):
     changes = [
-        {"unit": org.nlp.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": 25},
-        {"unit": org.ops.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": 50},
+        {"unit": u.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": g, "version": gpu_quota(org, u).version}
+        for u, g in ((org.nlp, 25), (org.ops, 50))
     ]
     refused = api.post("/api/v1/quotas/bulk/", {"reason": "r", "changes": changes}, format="json")
     assert refused.status_code == 400
@@ -130,6 +130,49 @@ def test_bulk_is_all_or_nothing(api, org):
     changes[1]["guarantee"] = 30
     done = api.post("/api/v1/quotas/bulk/", {"reason": "r", "changes": changes}, format="json")
     assert done.status_code == 200 and {q["guarantee"] for q in done.json()} == {25, 30}
+
+
+def test_every_write_names_the_version_it_was_based_on(api, org):
+    """Issue #13.2: `If-Match: *` and a bulk item without `version` overwrote whatever was current."""
+    quota = gpu_quota(org, org.vision)
+    url = f"/api/v1/quotas/{quota.pk}/"
+    star = api.patch(url, {"guarantee": 11, "reason": "r"}, format="json", HTTP_IF_MATCH="*")
+    assert star.status_code == 428 and quota.etag in star.json()["detail"] and "not accepted" in star.json()["detail"]
+    item = {"unit": org.vision.pk, "flavor": org.flavor.pk, "resource": "gpu", "guarantee": 11}
+    bulk = api.post("/api/v1/quotas/bulk/", {"reason": "r", "changes": [item]}, format="json")
+    assert bulk.status_code == 400 and "Send the version you edited" in bulk.json()["changes"]["0"]["version"][0]
+    assert gpu_quota(org, org.vision).guarantee == 20 and gpu_quota(org, org.vision).version == quota.version
+    stale = api.post(
+        "/api/v1/quotas/bulk/", {"reason": "r", "changes": [{**item, "version": quota.version - 1}]}, format="json"
+    )
+    assert stale.status_code == 412
+    done = api.post(
+        "/api/v1/quotas/bulk/", {"reason": "r", "changes": [{**item, "version": quota.version}]}, format="json"
+    )
+    assert done.status_code == 200 and gpu_quota(org, org.vision).guarantee == 11
+
+
+def test_partial_updates_keep_what_they_do_not_name_and_text_is_text(api, org):
+    """Issue #13.3/#13.4: PATCH of a reservation without `devices` was a TypeError (500); `"reason": 5`
+    was taken as "5"; control characters reached the database."""
+    from quotas.models import CapacityReservation
+
+    reservation = CapacityReservation.objects.get(name="serving")
+    url = f"/api/v1/reservations/{reservation.pk}/"
+    done = api.patch(url, {"description": "inference fleet", "reason": "describe it"}, format="json")
+    assert done.status_code == 200, done.json()
+    reservation.refresh_from_db()
+    assert (reservation.devices, reservation.description) == (10, "inference fleet")
+    number = api.patch(url, {"description": "x", "reason": 5}, format="json")
+    assert number.status_code == 400 and "JSON string" in number.json()["reason"][0]
+    control = api.patch(url, {"description": "bell\x07", "reason": "r"}, format="json")
+    assert control.status_code == 400 and "U+0007" in control.json()["description"][0]
+    long = api.patch(url, {"description": "y", "reason": "z" * 4001}, format="json")
+    assert long.status_code == 400 and "reason" in long.json()
+    reservation.refresh_from_db()
+    assert reservation.description == "inference fleet"
+    new = api.post("/api/v1/reservations/", {"flavor": org.flavor.pk, "name": "more", "reason": "r"}, format="json")
+    assert new.status_code == 400 and "devices" in new.json()
 
 
 def test_reason_is_required_on_writes(api, org):

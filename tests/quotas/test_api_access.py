@@ -56,11 +56,17 @@ def other_teams_writes(demo):
         changes=[change("acme/research/vision", 55)],
         created_at="2026-11-29T00:00:00Z",
     )
+    request.units.add(vision)
     reason = {"reason": "r"}
     return [
         ("patch", f"/api/v1/quotas/{q.pk}/", {"guarantee": 1, **reason}, {"HTTP_IF_MATCH": q.etag}),
         ("post", "/api/v1/quotas/", {**change("acme/research/vision/detection", 1), "resource": "cpu", **reason}, {}),
-        ("post", "/api/v1/quotas/bulk/", {"changes": [change("acme/research/vision/detection", 1)], **reason}, {}),
+        (
+            "post",
+            "/api/v1/quotas/bulk/",
+            {"changes": [{**change("acme/research/vision/detection", 1), "version": q.version}], **reason},
+            {},
+        ),
         ("post", "/api/v1/change-requests/", {"changes": [change("acme/research/vision", 56)], **reason}, {}),
         ("post", f"/api/v1/change-requests/{request.pk}/approve/", {}, {}),
         ("post", f"/api/v1/change-requests/{request.pk}/reject/", {"comment": "no"}, {}),

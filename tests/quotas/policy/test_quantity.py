@@ -9,7 +9,6 @@ from quotas.policy.quantity import QuantityError, Resource, format_quantity, par
     [
         (Resource.GPU, "8", 8),
         (Resource.GPU, 8, 8),
-        (Resource.GPU, "1e2", 100),
         (Resource.CPU, "64", 64_000),
         (Resource.CPU, "500m", 500),
         (Resource.CPU, "1.5", 1_500),
@@ -39,6 +38,13 @@ def test_parse_quantity_normalises_to_base_units(resource, raw, expected):
         (Resource.CPU, "0.1m", "whole number of millicores"),
         (Resource.MEMORY, "12Gb", "not a quantity"),
         (Resource.MEMORY, "1e40", "too large"),
+        # issue #13.4: a device count is a plain number; "1.5Ki" was taken as 1536 GPUs
+        (Resource.GPU, "1.5Ki", "would be 1536 GPUs"),
+        (Resource.GPU, "1e2", "would be 100 GPUs"),
+        (Resource.GPU, "2k", "would be 2000 GPUs"),
+        (Resource.GPU, "１２", "U+FF11"),  # full-width digits
+        (Resource.CPU, "６４", "U+FF16"),
+        (Resource.GPU, "٣", "U+0663"),  # Arabic-Indic digit three
     ],
 )
 def test_parse_quantity_refuses_with_a_hint(resource, raw, fragment):
