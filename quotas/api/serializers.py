@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -302,6 +303,14 @@ class UnitCreateIn(ReasonMixin):
         slug_field="name", queryset=ReclamationContract.objects.all(), required=False, allow_null=True, default=None
     )
     slurm_account = Text(required=False, allow_blank=True, default="")
+    leads: Any = serializers.SlugRelatedField(
+        slug_field="username",
+        queryset=User.objects.filter(is_active=True),
+        many=True,
+        required=False,
+        default=list,
+        help_text="Usernames of its leads (they manage what is inside it).",
+    )
 
 
 class UnitUpdateIn(ReasonMixin):
@@ -315,6 +324,26 @@ class UnitUpdateIn(ReasonMixin):
     allowed_tiers = serializers.SlugRelatedField(
         slug_field="name", queryset=WorkloadTier.objects.all(), many=True, required=False
     )
+    leads: Any = serializers.SlugRelatedField(
+        slug_field="username",
+        queryset=User.objects.filter(is_active=True),
+        many=True,
+        required=False,
+        help_text="Usernames of its leads: the whole list (an empty list removes them all).",
+    )
+
+
+class MemberIn(ReasonMixin):
+    slurm_username = Text(required=False, allow_blank=True, default="", max_length=63)
+    user: Any = serializers.SlugRelatedField(
+        slug_field="username", queryset=User.objects.all(), required=False, allow_null=True, default=None
+    )
+
+
+class NamespaceIn(ReasonMixin):
+    cluster: Any = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    namespace = Text(max_length=63)
+    local_queue_name = Text(required=False, allow_blank=True, default="", max_length=253)
 
 
 class UnitMoveIn(ReasonMixin):

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -58,8 +58,29 @@ def _input(
     serializer_class: type[Serializer], request: Request, *, partial: bool = False, **context: Any
 ) -> dict[str, Any]:
     serializer = serializer_class(data=request.data, partial=partial, context={"request": request, **context})
+    if isinstance(request.data, dict):
+        unknown = sorted(set(request.data) - set(serializer.fields) - {"csrfmiddlewaretoken"})
+        if unknown:  # a field sent but not taken here would be silently dropped: say where it goes
+            raise ValidationError(
+                {
+                    name: [ELSEWHERE.get(name, f"not a field here: this endpoint takes {', '.join(serializer.fields)}")]
+                    for name in unknown
+                }
+            )
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+ELSEWHERE = {
+    "members": "not set here: add a member with POST /api/v1/units/{id}/members/ and remove one with "
+    "POST /api/v1/units/{id}/members/remove/",
+    "namespaces": "not set here: bind a namespace with POST /api/v1/units/{id}/namespaces/ and release one with "
+    "POST /api/v1/units/{id}/namespaces/remove/",
+    "parent": "not set here: move a unit with POST /api/v1/units/{id}/move/",
+    "archived": "not set here: POST /api/v1/units/{id}/archive/ or /unarchive/",
+    "path": "derived from the parent and the slug: move the unit or create a new one",
+}
+"""Where a field that an endpoint does not take is set instead."""
 
 
 def _quota_changes(items: list[dict[str, Any]]) -> list[services.QuotaChange]:
@@ -308,6 +329,59 @@ class UnitViewSet(ReadViewSet):
         services.org_unit_archive(actor=request.user, reason=_reason(data), unit=unit)
         unit.refresh_from_db()
         return Response(s.UnitOut(unit).data)
+
+    @extend_schema(request=s.ReasonMixin, responses=s.UnitOut)
+    @action(detail=True, methods=["post"])
+    def unarchive(self, request: Request, pk: str) -> Response:
+        """Bring back an archived unit and what was archived with it (quotas, leads, members)."""
+        data = _input(s.ReasonMixin, request)
+        unit = self.get_object()
+        services.org_unit_unarchive(actor=request.user, reason=_reason(data), unit=unit)
+        unit.refresh_from_db()
+        return Response(s.UnitOut(unit).data)
+
+    @extend_schema(request=s.MemberIn, responses={200: dict})
+    @action(detail=True, methods=["get", "post"])
+    def members(self, request: Request, pk: str) -> Response:
+        """GET: the unit's members; POST: add one (a portal user, a Slurm username, or both)."""
+        unit = self.get_object()
+        if request.method == "POST":
+            data = _input(s.MemberIn, request)
+            services.membership_add(actor=request.user, reason=_reason(data), unit=unit, **data)
+        return Response(_members(unit))
+
+    @extend_schema(request=s.MemberIn, responses={200: dict})
+    @action(detail=True, methods=["post"], url_path="members/remove")
+    def remove_member(self, request: Request, pk: str) -> Response:
+        unit = self.get_object()
+        data = _input(s.MemberIn, request)
+        services.membership_remove(actor=request.user, reason=_reason(data), unit=unit, **data)
+        return Response(_members(unit))
+
+    @extend_schema(request=s.NamespaceIn, responses=s.UnitOut)
+    @action(detail=True, methods=["post"])
+    def namespaces(self, request: Request, pk: str) -> Response:
+        """Bind a namespace of a Kubernetes cluster to the unit (a namespace belongs to one unit)."""
+        unit = self.get_object()
+        data = _input(s.NamespaceIn, request)
+        services.namespace_bind(actor=request.user, reason=_reason(data), unit=unit, **data)
+        return Response(s.UnitOut(self.get_object()).data)
+
+    @extend_schema(request=s.NamespaceIn, responses=s.UnitOut)
+    @action(detail=True, methods=["post"], url_path="namespaces/remove")
+    def remove_namespace(self, request: Request, pk: str) -> Response:
+        unit = self.get_object()
+        data = _input(s.NamespaceIn, request)
+        data.pop("local_queue_name", None)
+        services.namespace_unbind(actor=request.user, reason=_reason(data), unit=unit, **data)
+        return Response(s.UnitOut(self.get_object()).data)
+
+
+def _members(unit: OrgUnit) -> list[dict[str, Any]]:
+    return [
+        {"user": m.user.get_username() if m.user else None, "slurm_username": m.slurm_username}
+        for m in unit.memberships.select_related("user").order_by("slurm_username", "user__username")
+    ]
 
 
 # --- quotas --------------------------------------------------------------------------------------------

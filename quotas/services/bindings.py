@@ -85,3 +85,70 @@ def membership_add(
         ]
     )
     return member
+
+
+@transaction.atomic
+def namespace_unbind(*, actor: Actor, reason: str, unit: OrgUnit, cluster: Cluster, namespace: str) -> None:
+    """Release ``cluster``/``namespace`` from ``unit``; InputError when it is not bound there."""
+    reason = require_reason(reason)
+    lock_units([unit.pk])
+    binding = NamespaceBinding.objects.filter(unit=unit, cluster=cluster, namespace=namespace).first()
+    if binding is None:
+        raise InputError(
+            "namespace", f"{cluster.name}/{namespace} is not bound to {unit.path}", "see the unit's namespaces"
+        )
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="namespace_unbind",
+                obj_type="namespacebinding",
+                obj_id=binding.pk,
+                obj_repr=f"{cluster.name}/{namespace}",
+                before={"unit": unit.path, "cluster": cluster.name, "namespace": namespace},
+                after=None,
+                reason=reason,
+                unit_path=unit.path,
+            )
+        ]
+    )
+    binding.delete()
+
+
+@transaction.atomic
+def membership_remove(
+    *, actor: Actor, reason: str, unit: OrgUnit, user: User | None = None, slurm_username: str = ""
+) -> int:
+    """Remove the member of ``unit`` with this user and/or Slurm username; returns how many rows went.
+    InputError when there is no such member."""
+    reason = require_reason(reason)
+    if user is None and not slurm_username:
+        raise InputError("slurm_username", "say which member: a user or a Slurm username", "give at least one")
+    lock_units([unit.pk])
+    found = Membership.objects.filter(unit=unit)
+    if user is not None:
+        found = found.filter(user=user)
+    if slurm_username:
+        found = found.filter(slurm_username=slurm_username)
+    members = list(found.select_related("user"))
+    if not members:
+        who = slurm_username or (user.get_username() if user else "")
+        raise InputError("slurm_username", f"{who} is not a member of {unit.path}", "see the unit's members")
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="membership_remove",
+                obj_type="membership",
+                obj_id=m.pk,
+                obj_repr=f"{unit.path} {m.slurm_username or (m.user.get_username() if m.user else '')}",
+                before={"user": m.user.get_username() if m.user else None, "slurm_username": m.slurm_username},
+                after=None,
+                reason=reason,
+                unit_path=unit.path,
+            )
+            for m in members
+        ]
+    )
+    Membership.objects.filter(pk__in=[m.pk for m in members]).delete()
+    return len(members)

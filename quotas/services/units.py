@@ -1,4 +1,4 @@
-"""The organisation tree: create, update, move and archive units."""
+"""The organisation tree: create, update, move, archive and unarchive units."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.utils import timezone
 from quotas.errors import InputError, full_clean
 from quotas.models import NamespaceBinding, OrgUnit, ReclamationContract, WorkloadTier
 from quotas.policy import UnitKind
-from quotas.policy.invariants import check_contracts, check_move, check_placement
+from quotas.policy.invariants import check_contracts, check_move, check_placement, validate_tree
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot
 
@@ -284,6 +284,46 @@ def org_unit_archive(*, actor: Actor, reason: str, unit: OrgUnit) -> int:
                 obj_repr=unit.path,
                 before={"archived": False},
                 after={"archived": True, "units": count, "released_namespaces": released},
+                reason=reason,
+                unit_path=unit.path,
+            )
+        ]
+    )
+    return count
+
+
+@transaction.atomic
+def org_unit_unarchive(*, actor: Actor, reason: str, unit: OrgUnit) -> int:
+    """Bring back ``unit`` and the units archived with it (same moment, below it), with their quotas,
+    leads and members; namespaces released by the archive stay released (bind them again). Refused
+    when its parent is archived, its path is taken by an active unit, or its quotas no longer fit
+    the tree (the whole tree is checked after the change, and nothing is kept if it breaks).
+    Returns how many units came back."""
+    reason = require_reason(reason)
+    lock_units([unit.pk] + ([unit.parent_id] if unit.parent_id else []))
+    unit.refresh_from_db()
+    if unit.archived_at is None:
+        return 0
+    if unit.parent is not None and unit.parent.archived_at is not None:
+        raise InputError("parent", f"{unit.parent.path} is archived", "bring it back first")
+    taken = OrgUnit.objects.filter(path=unit.path, archived_at__isnull=True).exists()
+    if taken:
+        raise InputError("unit", f"an active unit {unit.path} exists", "archive or rename it first")
+    subtree = OrgUnit.objects.filter(Q(pk=unit.pk) | Q(path__startswith=f"{unit.path}/"), archived_at=unit.archived_at)
+    count = subtree.update(archived_at=None)
+    problems = validate_tree(org_snapshot())
+    if problems:
+        raise PolicyViolationError(problems)
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="org_unit_unarchive",
+                obj_type="org_unit",
+                obj_id=unit.pk,
+                obj_repr=unit.path,
+                before={"archived": True},
+                after={"archived": False, "units": count},
                 reason=reason,
                 unit_path=unit.path,
             )

@@ -322,3 +322,65 @@ def test_list_endpoints_do_not_query_per_row(url, django_assert_max_num_queries)
     with django_assert_max_num_queries(8):
         response = client.get(url, {"page_size": 200})
     assert response.status_code == 200 and len(response.json()["results"]) >= 5
+
+
+def test_leads_members_and_namespaces_through_the_api_each_audited(api, org):
+    """Issue #13.5/#13.9: `leads`, `namespaces` and `members` sent to a unit endpoint were ignored
+    (200, nothing changed). Leads are a unit field now; members and namespaces have their endpoints,
+    and sending them to the unit says where they go."""
+    User.objects.create_user("lee", "lee@example.org")
+    url = f"/api/v1/units/{org.nlp.pk}/"
+    ignored = api.patch(url, {"members": ["alice"], "namespaces": ["nlp"], "reason": "r"}, format="json")
+    assert ignored.status_code == 400
+    assert "/api/v1/units/{id}/members/" in ignored.json()["members"][0]
+    assert "/api/v1/units/{id}/namespaces/" in ignored.json()["namespaces"][0]
+    typo = api.patch(url, {"wieght": 2, "reason": "r"}, format="json")
+    assert typo.status_code == 400 and "weight" in typo.json()["wieght"][0]
+
+    led = api.patch(url, {"leads": ["lee"], "reason": "lee leads nlp"}, format="json")
+    assert led.status_code == 200 and led.json()["leads"] == ["lee"]
+    assert AuditEvent.objects.get(action="org_unit_update", reason="lee leads nlp").after == {"leads": ["lee"]}
+    nobody = api.patch(url, {"leads": ["nobody"], "reason": "r"}, format="json")
+    assert nobody.status_code == 400 and "leads" in nobody.json()
+
+    members = f"/api/v1/units/{org.nlp.pk}/members/"
+    added = api.post(members, {"slurm_username": "alice", "user": "lee", "reason": "joins"}, format="json")
+    assert added.status_code == 200 and added.json() == [{"user": "lee", "slurm_username": "alice"}]
+    gone = api.post(members + "remove/", {"slurm_username": "alice", "reason": "left"}, format="json")
+    assert gone.status_code == 200 and gone.json() == []
+    again = api.post(members + "remove/", {"slurm_username": "alice", "reason": "left"}, format="json")
+    assert again.status_code == 400 and "not a member" in again.json()["slurm_username"][0]
+
+    namespaces = f"/api/v1/units/{org.nlp.pk}/namespaces/"
+    bound = api.post(namespaces, {"cluster": "west", "namespace": "nlp-train", "reason": "their jobs"}, format="json")
+    assert bound.status_code == 200 and bound.json()["namespaces"] == ["west/nlp-train"]
+    slurm = api.post(namespaces, {"cluster": "lab", "namespace": "x", "reason": "r"}, format="json")
+    assert slurm.status_code == 400 and "Kubernetes" in slurm.json()["cluster"][0]
+    released = api.post(
+        namespaces + "remove/", {"cluster": "west", "namespace": "nlp-train", "reason": "moved"}, format="json"
+    )
+    assert released.status_code == 200 and released.json()["namespaces"] == []
+    actions = list(AuditEvent.objects.filter(unit_path="acme/research/nlp").values_list("action", flat=True))
+    for action in ("membership_add", "membership_remove", "namespace_bind", "namespace_unbind"):
+        assert action in actions
+
+
+def test_an_archived_unit_comes_back_with_its_subtree_and_quotas(api, org):
+    archived = api.post(f"/api/v1/units/{org.nlp.pk}/archive/", {"reason": "team dissolved"}, format="json")
+    assert archived.status_code == 200 and archived.json()["archived"]
+    assert api.get("/api/v1/units/?path=acme/research/nlp/llm&archived=false").json()["count"] == 0
+    back = api.post(f"/api/v1/units/{org.nlp.pk}/unarchive/", {"reason": "team back"}, format="json")
+    assert back.status_code == 200 and not back.json()["archived"]
+    assert api.get("/api/v1/units/?path=acme/research/nlp/llm&archived=false").json()["count"] == 1
+    assert gpu_quota(org, org.nlp).guarantee == 30
+    assert AuditEvent.objects.filter(action="org_unit_unarchive", reason="team back").count() == 1
+    # while it was away, research's room was given to vision: it cannot come back as it was
+    api.post(f"/api/v1/units/{org.nlp.pk}/archive/", {"reason": "again"}, format="json")
+    vision = gpu_quota(org, org.vision)
+    grown = api.patch(
+        f"/api/v1/quotas/{vision.pk}/", {"guarantee": 55, "reason": "r"}, format="json", HTTP_IF_MATCH=vision.etag
+    )
+    assert grown.status_code == 200, grown.json()
+    refused = api.post(f"/api/v1/units/{org.nlp.pk}/unarchive/", {"reason": "r"}, format="json")
+    assert refused.status_code == 400 and refused.json()["violations"]
+    assert api.get(f"/api/v1/units/{org.nlp.pk}/").json()["archived"]
