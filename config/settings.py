@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_htmx",
     "django_tables2",
+    "axes",
     "quotas",
     "admission",
     "accounting",
@@ -54,6 +56,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files served by the app itself (collectstatic)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -62,7 +65,53 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers a locked-out sign-in
 ]
+
+# --- security: sign-in throttling, Content-Security-Policy, HTTPS (ALLOT_LOGIN_*, ALLOT_HTTPS*) ----
+# django-axes: after ALLOT_LOGIN_FAILURE_LIMIT failed sign-ins of one username from one address, that
+# pair is locked out for ALLOT_LOGIN_LOCKOUT_MINUTES; each lockout and each unlock is in the audit
+# trail; a platform admin unlocks with POST /api/v1/lockouts/unlock/ or `manage.py allot_unlock_login`.
+AXES_FAILURE_LIMIT = env_int("ALLOT_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ALLOT_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+# The portal loads nothing from another origin: scripts only from itself (no inline script), styles
+# from itself plus inline style attributes (the charts), images from itself and data: URLs.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "worker-src": ["'self'", "blob:"],  # ReDoc's search runs in a worker
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Behind TLS (ALLOT_HTTPS, on by default when ALLOT_DEBUG is off): secure cookies, HSTS, redirect to
+# https (not for /healthz and the webhooks' probes); ALLOT_HTTPS_PROXY_HEADER trusts a proxy's
+# X-Forwarded-Proto when TLS ends there.
+ALLOT_HTTPS = env_bool("ALLOT_HTTPS", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = ALLOT_HTTPS
+SECURE_SSL_REDIRECT = ALLOT_HTTPS and env_bool("ALLOT_HTTPS_REDIRECT", True)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^admission/"]
+SECURE_HSTS_SECONDS = env_int("ALLOT_HSTS_SECONDS", 31_536_000) if ALLOT_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = ALLOT_HTTPS
+# "preload" in the header only allows submitting the domain to the browsers' preload list (nothing is
+# submitted by it); ALLOT_HSTS_PRELOAD=false drops it
+SECURE_HSTS_PRELOAD = ALLOT_HTTPS and env_bool("ALLOT_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env_bool("ALLOT_HTTPS_PROXY_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -115,6 +164,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise also serves straight from the apps' static folders: the portal's htmx, the API docs and the
+# admin work with debug off however the app is started (the image runs collectstatic as well).
+WHITENOISE_USE_FINDERS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -252,10 +304,10 @@ ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
 ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 if ALLOT_OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
-    AUTHENTICATION_BACKENDS.insert(0, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
+    AUTHENTICATION_BACKENDS.insert(1, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
     OIDC_RP_CLIENT_ID = env_str("ALLOT_OIDC_CLIENT_ID", required=True)
     OIDC_RP_CLIENT_SECRET = env_str("ALLOT_OIDC_CLIENT_SECRET", required=True)
     OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("ALLOT_OIDC_AUTHORIZATION_ENDPOINT", required=True)
@@ -310,5 +362,5 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("ALLOT_LOG_LEVEL", "INFO")},
     # the review's PDF: WeasyPrint logs a line per page laid out, fontTools per font subset
-    "loggers": {name: {"level": "WARNING"} for name in ("weasyprint", "weasyprint.progress", "fontTools")},
+    "loggers": {name: {"level": "WARNING"} for name in ("weasyprint", "weasyprint.progress", "fontTools", "axes")},
 }

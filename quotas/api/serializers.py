@@ -333,6 +333,11 @@ class UnitUpdateIn(ReasonMixin):
     )
 
 
+class UnlockIn(ReasonMixin):
+    username = Text(max_length=150)
+    ip_address = Text(required=False, allow_blank=True, default="", help_text="Only from this address.")
+
+
 class MemberIn(ReasonMixin):
     slurm_username = Text(required=False, allow_blank=True, default="", max_length=63)
     user: Any = serializers.SlugRelatedField(

@@ -35,6 +35,8 @@ router.register("reviews", ReviewViewSet)
 urlpatterns = [
     path("policy/", views.policy_report, name="policy-report"),
     path("preview/", views.preview_view, name="preview"),
+    path("lockouts/", views.lockouts_view, name="lockouts"),
+    path("lockouts/unlock/", views.unlock_view, name="lockouts-unlock"),
     path("usage/", usage, name="usage"),
     path("showback/", showback, name="showback"),
     path("fairness/", fairness, name="fairness"),

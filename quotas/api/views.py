@@ -511,6 +511,34 @@ def preview_view(request: Request) -> Response:
     return Response(quota_change_preview(changes).as_dict())
 
 
+# --- sign-in lockouts ---------------------------------------------------------------------------------
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def lockouts_view(request: Request) -> Response:
+    """Platform admins: sign-ins paused after repeated failures (and addresses close to it)."""
+    from quotas.access import NotAllowedError, is_platform_admin
+    from quotas.services.signin import lockouts
+
+    if not is_platform_admin(request.user):
+        raise NotAllowedError("only a platform admin may see sign-in lockouts")
+    return Response(lockouts())
+
+
+@extend_schema(request=s.UnlockIn, responses={200: dict})
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def unlock_view(request: Request) -> Response:
+    """Platform admins: lift a sign-in lockout (audited, with a reason)."""
+    from quotas.services.signin import signin_unlock
+
+    data = _input(s.UnlockIn, request)
+    removed = signin_unlock(actor=request.user, reason=_reason(data), **data)
+    return Response({"removed": removed})
+
+
 # --- change requests ------------------------------------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ def test_single_sign_on_is_off_by_default_and_wired_when_configured(tmp_path):
 
     probe = (
         "import django; django.setup(); from django.conf import settings; from django.urls import reverse; "
-        "print(settings.AUTHENTICATION_BACKENDS[0], reverse('oidc_authentication_init'))"
+        "print(settings.AUTHENTICATION_BACKENDS[1], reverse('oidc_authentication_init'))"
     )
     base = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "ALLOT_SECRET_KEY": "x"}
     missing = subprocess.run(
