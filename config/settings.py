@@ -354,6 +354,8 @@ if env_bool("ALLOT_WEBHOOK_ONLY", False):
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
 EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")
+# Where people reach the portal: the links in mails
+ALLOT_PORTAL_URL = env_str("ALLOT_PORTAL_URL", "http://127.0.0.1:8000")
 
 LOGGING = {
     "version": 1,

@@ -18,6 +18,7 @@ from quotas.access import (
     may_read_request,
     may_request,
     may_set_directly,
+    request_units,
 )
 from quotas.errors import InputError
 from quotas.models import (
@@ -36,6 +37,7 @@ from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import quota_bars, stacked_capacity
+from quotas.services.change_requests import request_lines, request_violations
 from quotas.services.enforce import POLICY_ACTIONS, enforced_by
 
 
@@ -314,28 +316,16 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
             return redirect("quotas:request", request_id=change_request.pk)
         messages.success(request, f"Request #{change_request.pk}: {change_request.get_status_display()}.")
         return redirect("quotas:request", request_id=change_request.pk)
+    pending = change_request.status == ChangeRequestStatus.PENDING
     return render(
         request,
         "quotas/request.html",
-        {"cr": change_request, "can_decide": can_decide, "changes": _readable(change_request.changes)},
+        {
+            "cr": change_request,
+            "can_decide": can_decide,
+            "lines": request_lines(change_request),
+            "violations": request_violations(change_request) if pending else [],
+            "pending": pending,
+            "units": request_units(change_request),
+        },
     )
-
-
-def _readable(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    units = dict(OrgUnit.objects.filter(pk__in={c["unit"] for c in changes}).values_list("pk", "path"))
-    flavors = {f.pk: f.key for f in ResourceFlavor.objects.select_related("cluster")}
-    out = []
-    for c in changes:
-        resource = Resource(c["resource"])
-        out.append(
-            {
-                "unit": units.get(c["unit"]),
-                "flavor": flavors.get(c["flavor"]),
-                "resource": resource.value,
-                **{
-                    f: format_quantity(resource, c[f]) if c[f] is not None else "unchanged"
-                    for f in ("guarantee", "burst", "lendable")
-                },
-            }
-        )
-    return out

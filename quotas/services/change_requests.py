@@ -9,6 +9,7 @@ Mail goes out after commit: to the approvers on submit, to requester and approve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -27,15 +28,79 @@ from quotas.access import (
     signed_in,
 )
 from quotas.errors import InputError, StaleVersionError, clean_text
-from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota
+from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
-from quotas.policy.quantity import Resource
-from quotas.policy.violations import PolicyViolationError
+from quotas.policy.quantity import Resource, format_quantity
+from quotas.policy.violations import PolicyViolationError, Violation
 from quotas.selectors import flavor_keys, neighbourhood_snapshot
 
 from .audit import audit_event, audit_write, require_reason
 from .locks import lock_units
 from .quota import QuotaChange, proposed_quota, quota_set_bulk
+
+WORDS = {Resource.GPU: "GPUs", Resource.CPU: "CPU cores", Resource.MEMORY: "memory"}
+
+
+@dataclass(frozen=True)
+class RequestLine:
+    """One item of a request as people read it: what it holds now and what is asked, per field."""
+
+    unit_path: str
+    flavor: str
+    resource: Resource
+    fields: tuple[tuple[str, str, str], ...]
+    """(field, now, asked) for each field the item changes; quantities as people write them."""
+
+    def sentence(self) -> str:
+        what = "; ".join(f"{name} {now} → {asked}" for name, now, asked in self.fields) or "no change"
+        return f"{self.unit_path}, {self.flavor} {WORDS[self.resource]}: {what}"
+
+
+def request_lines(request: ChangeRequest) -> list[RequestLine]:
+    """Every item of ``request``, current → proposed (current as the quota is now)."""
+    ids = {int(c["unit"]) for c in request.changes}
+    paths = dict(OrgUnit.objects.filter(pk__in=ids).values_list("pk", "path"))
+    flavors = {
+        f.pk: f"{f.key} ({f.accelerator_model})"
+        for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={c["flavor"] for c in request.changes})
+    }
+    current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=ids)}
+    lines = []
+    for c in request.changes:
+        resource = Resource(c["resource"])
+        row = current.get((c["unit"], c["flavor"], resource.value))
+        fields = tuple(
+            (name, format_quantity(resource, getattr(row, name) if row else 0), format_quantity(resource, c[name]))
+            for name in ("guarantee", "burst", "lendable")
+            if c[name] is not None
+        )
+        lines.append(
+            RequestLine(paths.get(c["unit"], f"unit #{c['unit']}"), flavors.get(c["flavor"], "?"), resource, fields)
+        )
+    return sorted(lines, key=lambda line: (line.unit_path, line.flavor, line.resource.value))
+
+
+def request_violations(request: ChangeRequest) -> list[Violation]:
+    """What applying ``request`` now would break (the checks approval runs), for its page and mail."""
+    changes = [_as_change(c) for c in request.changes]
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
+    if len(units) != len({c.unit_id for c in changes}):
+        return []  # a unit was archived: approval refuses it with that reason
+    keys = flavor_keys()
+    current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
+    edits = {
+        (c.unit_id, keys[c.flavor_id], c.resource): proposed_quota(
+            c, current.get((c.unit_id, c.flavor_id, c.resource.value))
+        )
+        for c in changes
+    }
+    return check_quota_edits(neighbourhood_snapshot(units), edits)
+
+
+def portal_link(path: str) -> str:
+    from django.conf import settings
+
+    return f"{settings.ALLOT_PORTAL_URL.rstrip('/')}{path}"
 
 
 def _as_dict(change: QuotaChange) -> dict[str, Any]:
@@ -130,7 +195,8 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
         request,
         "submitted",
         approvers(top, inclusive=top.pk not in units),
-        f"{actor.get_username()} asks for a quota change on {top.path}: {reason}",
+        f"{actor.get_username()} asks for a quota change on {top.path}. Only someone above every unit it "
+        "changes may approve it.",
     )
     return request
 
@@ -220,15 +286,32 @@ def _decide(request: ChangeRequest, actor: User, status: str, comment: str, outc
     )
     word = {"applied": "approved and applied", "rejected": "rejected", "stale": "refused as stale"}[status]
     detail = outcome.get("detail", "") if outcome else ""
+    said = f' Their comment: "{comment}".' if comment else ""
     _mail_on_commit(
-        request, word, [request.requested_by, actor], f"{actor.get_username()} {word} it. {comment} {detail}".strip()
+        request,
+        word,
+        [request.requested_by, actor],
+        f"{actor.get_username()} {word} change request #{request.pk} on {request.unit.path}.{said} {detail}".strip(),
     )
 
 
 def _mail_on_commit(request: ChangeRequest, what: str, people: Sequence[Any], body: str) -> None:
+    """A mail in plain sentences: who did what, every item current → proposed, what it would break if
+    applied now (while pending), the reason, and the request's page."""
     emails = sorted({p.email for p in people if getattr(p, "email", "")})
     if not emails:
         return
     subject = f"[Allot] change request #{request.pk} on {request.unit.path} {what}"
-    text = f"{body}\n\nChanges: {request.changes}\nReason: {request.reason}\n"
+    items = "\n".join(f"  - {line.sentence()}" for line in request_lines(request))
+    text = f"{body}\n\nWhat it changes (now → asked):\n{items}\n\nReason given: {request.reason}\n"
+    if request.status == ChangeRequestStatus.PENDING:
+        problems = request_violations(request)
+        text += (
+            "\nIf it were applied now it would break the quota policy:\n"
+            + "\n".join(f"  - {v.message}" for v in problems)
+            + "\n"
+            if problems
+            else "\nIt fits the quota policy as it stands now.\n"
+        )
+    text += f"\nSee it and decide: {portal_link(f'/requests/{request.pk}/')}\n"
     transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))

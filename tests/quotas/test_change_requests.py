@@ -182,3 +182,48 @@ def test_who_reads_a_change_request_is_one_rule_for_the_portal_and_the_api(peopl
         ), name
         if may:
             assert one.json()["unit_paths"] == ["acme/research/nlp"]
+
+
+def test_the_request_page_and_mails_say_now_to_asked_what_it_would_break_and_link(people):
+    """Issue #13.12: the page and the mail showed dicts of ids; now every item reads current → proposed in
+    the units people write, with the violations it would cause now, and the mail links the page."""
+    from django.test import Client
+
+    before = gpu("acme/research/nlp").guarantee
+    request = services.change_request_submit(
+        actor=people["lead-nlp"], reason="december run", changes=[change("acme/research/nlp", before + 3)]
+    )
+    [asked] = mail.outbox
+    assert "lead-nlp asks for a quota change on acme/research/nlp" in asked.body
+    assert (
+        f"acme/research/nlp, k8s-west/a100-80gb (NVIDIA A100-SXM4-80GB) GPUs: guarantee {before} → {before + 3}"
+        in asked.body
+    )
+    assert "It fits the quota policy as it stands now." in asked.body
+    assert f"http://127.0.0.1:8000/requests/{request.pk}/" in asked.body
+    assert "{'unit'" not in asked.body and "'flavor'" not in asked.body
+    client = Client()
+    client.force_login(people["head-research"])
+    page = client.get(f"/requests/{request.pk}/").content.decode()
+    assert f"guarantee <strong>{before} → {before + 3}</strong>" in page
+    assert "Applied now, it fits the quota policy." in page
+    # meanwhile vision takes the rest of research's room: the page says what approving would now break
+    research = gpu("acme/research")
+    siblings = Quota.objects.filter(
+        unit__parent=research.unit, flavor=research.flavor, resource=GPU.value, unit__archived_at=None
+    )
+    room = research.guarantee - sum(q.guarantee for q in siblings)
+    vision = gpu("acme/research/vision")
+    services.quota_set(
+        actor=people["head-research"],
+        reason="vision grows",
+        unit_id=vision.unit_id,
+        flavor_id=vision.flavor_id,
+        resource=GPU,
+        guarantee=vision.guarantee + room - 1,
+    )
+    page = client.get(f"/requests/{request.pk}/").content.decode()
+    assert "Applied now, it would break the quota policy" in page and "acme/research" in page
+    client.post(f"/requests/{request.pk}/", {"decision": "reject", "comment": "not this month"})
+    decided = mail.outbox[-1].body
+    assert "head-research rejected change request" in decided and '"not this month"' in decided
