@@ -6,6 +6,7 @@ from quotas.portal import clusters, edit, views
 app_name = "quotas"
 urlpatterns = [
     path("", views.tree, name="home"),
+    path("start/", views.start, name="start"),
     path("units/<int:unit_id>/", views.unit_detail, name="unit"),
     path("units/<int:unit_id>/quotas/", edit.quota_edit, name="unit-edit"),
     path("units/<int:unit_id>/quotas/check/", edit.quota_check, name="unit-check"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PALETTE = ("#3b6fd8", "#e3a21a", "#2f9e6b", "#b3261e", "#7b52c7", "#0f8aa3", "#c2587d", "#6b7a8f")
 
@@ -17,6 +17,12 @@ class Bar:
     height: float
     colour: str
     value: str
+    caption: str = ""
+    """Written beside the bar, so the chart carries its numbers (not only in a tooltip)."""
+
+    @property
+    def end(self) -> float:
+        return self.x + self.width
 
 
 def quota_bars(
@@ -26,10 +32,12 @@ def quota_bars(
     allocation (a dark line). ``rows`` are (flavor, guarantee, ceiling, allocation or None)."""
     top = max([c for _, _, c, _ in rows] + [1])
     label_w, bars = 150, []
-    scale = (width - label_w - 60) / top
+    scale = (width - label_w - 130) / top  # room on the right for the numbers
     for i, (flavor, guarantee, ceiling, allocation) in enumerate(rows):
         y = i * row_height + 6
-        bars.append(Bar(flavor, label_w, y, ceiling * scale, 22, "#c9d8f5", f"ceiling {ceiling}"))
+        held = f" · {allocation} in use" if allocation is not None else ""
+        caption = f"{guarantee} / {ceiling}{held}"
+        bars.append(Bar(flavor, label_w, y, ceiling * scale, 22, "#c9d8f5", f"ceiling {ceiling}", caption))
         bars.append(Bar(flavor, label_w, y, guarantee * scale, 22, PALETTE[0], f"guarantee {guarantee}"))
         if allocation is not None:
             bars.append(
@@ -46,7 +54,7 @@ def stacked_capacity(
     guarantee)], reserved, headroom). Returns the bars, the legend and the height."""
     top = max([p for _, p, _, _, _ in flavors] + [1])
     label_w = 150
-    scale = (width - label_w - 20) / top
+    scale = (width - label_w - 110) / top  # room on the right for the numbers
     colours: dict[str, str] = {}
     bars = []
     for i, (flavor, physical, parts, reserved, headroom) in enumerate(flavors):
@@ -67,4 +75,6 @@ def stacked_capacity(
             )
             bars.append(Bar(flavor, x, y, value * scale, 22, colour, f"{name}: {value}"))
             x += value * scale
+        left = max(0, physical - reserved - headroom - promised)
+        bars[-1] = replace(bars[-1], caption=f"{promised} promised · {left} left")
     return bars, list(colours.items()), len(flavors) * row_height + 12

@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 
 from quotas import selectors, services
 from quotas.access import (
@@ -71,10 +72,24 @@ def tree(request: HttpRequest) -> HttpResponse:
             "capacity": capacity_report(snapshot),
             "violations": validate_tree(snapshot),
             "revision": selectors.policy_revision(),
-            "led": led_paths(request.user),
+            "led": _led_units(request),
             "findings": _findings_on(led_paths(request.user)),
         },
     )
+
+
+def _led_units(request: HttpRequest) -> list[OrgUnit]:
+    return list(OrgUnit.objects.filter(leads=request.user.pk, archived_at__isnull=True).order_by("path"))
+
+
+@login_required
+def start(request: HttpRequest) -> HttpResponse:
+    """Where signing in lands: a lead of one unit on that unit, a lead of several on the organisation
+    page's list of them, everyone else on the organisation page."""
+    led = _led_units(request)
+    if len(led) == 1:
+        return redirect("quotas:unit", unit_id=led[0].pk)
+    return redirect(reverse("quotas:home") + ("#yours" if led else ""))
 
 
 def _findings_on(led: list[str]) -> dict[str, int]:
@@ -238,12 +253,34 @@ def unit_history(request: HttpRequest, unit_id: int) -> HttpResponse:
     return render(request, "quotas/history.html", {"unit": unit, "events": rows})
 
 
+QUANTITY_FIELDS = ("guarantee", "burst", "lendable")
+UNIT_WORDS = {Resource.GPU: " GPUs", Resource.CPU: " cores", Resource.MEMORY: ""}
+
+
 def _diff(event: AuditEvent) -> dict[str, Any]:
+    """Before → after of what an event changed, quantities as people write them ("48 GPUs", "500m
+    cores", "512Gi"), without the version counter."""
     before, after = event.before or {}, event.after or {}
-    keys = sorted(set(before) | set(after))
+    resource = None
+    if event.action == "quota_set":
+        try:
+            resource = Resource(event.object_repr.rsplit(" ", 1)[-1])
+        except ValueError:
+            resource = None
+
+    def shown(key: str, value: Any) -> Any:
+        if resource is not None and key in QUANTITY_FIELDS and isinstance(value, int):
+            return f"{format_quantity(resource, value)}{UNIT_WORDS[resource]}"
+        return value
+
+    keys = sorted((set(before) | set(after)) - {"version"})
     return {
         "event": event,
-        "changes": [(k, before.get(k, "—"), after.get(k, "—")) for k in keys if before.get(k) != after.get(k)],
+        "changes": [
+            (k, shown(k, before.get(k, "—")), shown(k, after.get(k, "—")))
+            for k in keys
+            if before.get(k) != after.get(k)
+        ],
     }
 
 

@@ -70,7 +70,7 @@ class Session:
         self.page.get_by_label("Username").fill(username)
         self.page.get_by_label("Password").fill("allot-demo")
         self.page.get_by_role("button", name="Sign in").click()
-        self.page.wait_for_url(f"{site}/")
+        self.page.wait_for_url(lambda url: "/accounts/login/" not in url)  # a lead lands on their unit
 
     def open(self, path):
         self.page.goto(f"{self.site}{path}")
@@ -107,7 +107,7 @@ def test_a_lead_sees_a_live_violation_fixes_it_saves_and_finds_it_in_the_history
     assert gpu(project.unit.path).guarantee == 44
     page.get_by_role("link", name="Change history").click()
     page.get_by_text("eval needs more").wait_for()
-    assert "guarantee: 48 → 44" in page.inner_text("main")
+    assert "guarantee: 48 GPUs → 44 GPUs" in page.inner_text("main")
     lead.shot("history")
     lead.close()
 
@@ -155,7 +155,7 @@ def test_a_lead_turns_a_finding_into_a_change_request_the_head_approves(browser,
     lead = Session(browser, site, "lead-nlp")
     page = lead.open("/")
     page.get_by_role("link", name="1 open finding on your units").click()
-    page.get_by_text("Your units").wait_for()
+    page.get_by_role("heading", name="Your units").wait_for()
     lead.shot("findings")
     card = page.locator(f"#finding-{finding.pk}")
     assert "9876.00" in card.inner_text()

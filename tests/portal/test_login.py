@@ -14,7 +14,8 @@ def test_a_team_lead_signs_in_and_sees_the_organisation(org):
     page = client.get("/accounts/login/")
     assert b'<label for="id_username">Username</label>' in page.content
     signed_in = client.post("/accounts/login/", {"username": "lead-nlp", "password": "pw-for-tests"})
-    assert signed_in.status_code == 302 and signed_in["Location"] == "/"
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/start/"  # leads nothing: the organisation
+    assert client.get("/start/")["Location"] == "/"
     home = client.get("/").content.decode()
     assert "Every invariant holds." in home
     assert "west/a100 20/30" in home  # llm: guarantee 20, effective ceiling 30

@@ -235,3 +235,43 @@ def test_the_edit_form_loads_its_guard_against_saving_during_a_check(demo):
     assert isinstance(found, str)
     script = Path(found).read_text()
     assert "htmx:beforeRequest" in script and "preventDefault" in script
+
+
+def test_a_lead_lands_on_their_units_and_history_and_charts_speak_in_quantities(demo):
+    """Issue #13.13: "You lead" was plain text and everyone landed on the whole tree; history showed
+    bytes and millicores and a version counter; the charts' numbers were only in tooltips."""
+    lead = signed_in("lead-nlp")
+    nlp = unit("acme/research/nlp")
+    assert lead.get("/start/")["Location"] == f"/units/{nlp.pk}/"  # one unit: straight there
+    head_of_two = User.objects.get(username="head-research")
+    unit("acme/platform").leads.add(head_of_two)
+    assert signed_in("head-research").get("/start/")["Location"] == "/#yours"
+    home = signed_in("head-research").get("/").content.decode()
+    assert f'<a class="badge" href="/units/{unit("acme/research").pk}/">acme/research</a>' in home
+    assert signed_in("viewer").get("/start/")["Location"] == "/"
+
+    project = unit("acme/research/nlp/llm-pretrain")
+    data = form_for(lead, project)
+    cpu = Quota.objects.get(unit=project, resource="cpu", flavor__name="a100-80gb")
+    data.update(
+        {
+            field(project, "guarantee"): "44",
+            f"lendable-{cpu.flavor_id}-cpu": "300500m",
+            "reason": "smaller",
+        }
+    )
+    assert lead.post(f"/units/{project.pk}/quotas/", data).status_code == 302
+    history = lead.get(f"/units/{project.pk}/history/").content.decode()
+    assert "→ <strong>44 GPUs</strong>" in history and "→ <strong>300500m cores</strong>" in history
+    assert "version:" not in history and "324000" not in history  # not millicores, no version counter
+    from quotas.models import AuditEvent as Event
+    from quotas.portal.views import _diff
+
+    memory = Event(action="quota_set", object_repr="acme/x west/a100 memory", before={"guarantee": 2**39}, after={})
+    assert _diff(memory)["changes"] == [("guarantee", "512Gi", "—")]
+
+    page = lead.get(f"/units/{nlp.pk}/").content.decode()
+    g = gpu(nlp.path)
+    assert '<text class="caption"' in page and f">{g.guarantee} / " in page  # guarantee / ceiling, visible
+    capacity = lead.get("/capacity/").content.decode()
+    assert "promised · " in capacity and " left</text>" in capacity
