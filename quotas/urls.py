@@ -1,7 +1,7 @@
 from django.urls import path
 
 from accounting import views as accounting_views
-from quotas.portal import clusters, edit, views
+from quotas.portal import clusters, edit, rebalance, views
 
 app_name = "quotas"
 urlpatterns = [
@@ -11,6 +11,7 @@ urlpatterns = [
     path("units/<int:unit_id>/quotas/", edit.quota_edit, name="unit-edit"),
     path("units/<int:unit_id>/quotas/check/", edit.quota_check, name="unit-check"),
     path("units/<int:unit_id>/history/", views.unit_history, name="unit-history"),
+    path("units/<int:unit_id>/rebalance/", rebalance.rebalance, name="unit-rebalance"),
     path("capacity/", views.capacity, name="capacity"),
     path("requests/", views.requests_list, name="requests"),
     path("requests/<int:request_id>/", views.request_detail, name="request"),

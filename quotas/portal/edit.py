@@ -7,6 +7,7 @@ row was read at (a stale form is refused and shows the new values), and a reason
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,18 +72,29 @@ def _rows(unit: OrgUnit) -> list[Row]:
     return rows
 
 
+def read_fields(
+    resource: Resource, values: dict[str, str], errors: dict[str, str], data: Any, field_name: Callable[[str], str]
+) -> dict[str, int]:
+    """Each of guarantee, burst and lendable as posted in ``data`` under ``field_name(name)`` (kept in
+    ``values`` to show again), parsed; a value that is not a quantity goes to ``errors`` with its
+    hint. Unposted fields keep ``values``."""
+    parsed: dict[str, int] = {}
+    for name in FIELDS:
+        sent = data.get(field_name(name))
+        raw = str(values[name] if sent is None else sent).strip()
+        values[name] = raw
+        try:
+            parsed[name] = parse_quantity(resource, raw)
+        except QuantityError as exc:
+            errors[name] = f"{exc.message}: {exc.hint}"
+    return parsed
+
+
 def _read(unit: OrgUnit, rows: list[Row], data: Any) -> list[QuotaChange]:
     """Fill rows from the posted form; return the changes (rows whose values differ)."""
     changes = []
     for row in rows:
-        parsed: dict[str, int] = {}
-        for name in FIELDS:
-            raw = str(data.get(row.field_name(name), row.values[name])).strip()
-            row.values[name] = raw
-            try:
-                parsed[name] = parse_quantity(row.resource, raw)
-            except QuantityError as exc:
-                row.errors[name] = f"{exc.message}: {exc.hint}"
+        parsed = read_fields(row.resource, row.values, row.errors, data, row.field_name)
         version = data.get(f"version-{row.prefix}")
         row.version = int(version) if str(version).isdigit() else row.version
         current = row.current

@@ -188,6 +188,8 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "chart_height": height,
             "may_edit": may_request(request.user, unit),
             "edits_directly": may_set_directly(request.user, unit),
+            # its units' quotas are the lead's (or above) to set: all of them on one form
+            "may_rebalance": may_request(request.user, unit) and unit.children.filter(archived_at=None).exists(),
             "requests": unit.change_requests.filter(status=ChangeRequestStatus.PENDING),
         },
     )

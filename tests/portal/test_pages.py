@@ -275,3 +275,74 @@ def test_a_lead_lands_on_their_units_and_history_and_charts_speak_in_quantities(
     assert '<text class="caption"' in page and f">{g.guarantee} / " in page  # guarantee / ceiling, visible
     capacity = lead.get("/capacity/").content.decode()
     assert "promised · " in capacity and " left</text>" in capacity
+
+
+def _rebalance_form(client, parent):
+    """The rebalance form of ``parent``'s A100-80GB GPUs, as the browser would post it."""
+    page = client.get(f"/units/{parent.pk}/rebalance/?flavor={gpu(parent.path).flavor_id}&resource=gpu")
+    assert page.status_code == 200
+    data = {"flavor": page.context["flavor"].pk, "resource": page.context["resource"].value}
+    for row in page.context["rows"]:
+        data[f"version-{row.unit.pk}"] = row.version
+        for name, value in row.values.items():
+            data[f"{name}-{row.unit.pk}"] = value
+    return data
+
+
+def test_rebalancing_moves_guarantee_between_siblings_in_one_step(demo):
+    """Issue #13.10: moving guarantee from nlp to vision took two saves in the right order (raise vision
+    first and research's children exceed it). The rebalance form edits every child at once, one reason,
+    checked as a whole; "lower X first" appears only where it is the real fix."""
+    head = signed_in("head-research")
+    research, nlp, vision = unit("acme/research"), unit("acme/research/nlp"), unit("acme/research/vision")
+    before_vision = gpu(vision.path).guarantee
+
+    def held_inside(u):
+        return sum(
+            q.guarantee
+            for q in Quota.objects.filter(
+                unit__parent=u, unit__archived_at=None, flavor=gpu(u.path).flavor, resource="nvidia.com/gpu"
+            )
+        )
+
+    room = gpu(research.path).guarantee - held_inside(research)
+    move = room + 1  # more than research has left: only possible by taking it from a sibling in the same step
+    siblings = [u for u in research.children.filter(archived_at=None) if u != vision]
+
+    def free(u):  # what it can give without its own units holding more than its guarantee
+        return gpu(u.path).guarantee - held_inside(u)
+
+    donor = max(siblings, key=free)
+    assert move <= free(donor)
+    before_donor = gpu(donor.path).guarantee
+    one_at_a_time = {**form_for(head, vision), field(vision, "guarantee"): str(before_vision + move), "reason": "r"}
+    first = head.post(f"/units/{vision.pk}/quotas/", one_at_a_time)
+    assert first.status_code == 400 and "add up to" in first.content.decode()  # the old way: refused
+
+    data = _rebalance_form(head, research)
+    data[f"guarantee-{donor.pk}"] = str(before_donor - move)
+    data[f"lendable-{donor.pk}"] = str(min(gpu(donor.path).lendable, before_donor - move))  # same step
+    data[f"guarantee-{vision.pk}"] = str(before_vision + move)
+    live = head.post(f"/units/{research.pk}/rebalance/", {**data, "check": "1"})
+    assert live.status_code == 200 and 'id="violations"' not in live.content.decode()
+    saved = head.post(f"/units/{research.pk}/rebalance/", {**data, "reason": "vision's new detector"})
+    assert saved.status_code == 302
+    assert (gpu(donor.path).guarantee, gpu(vision.path).guarantee) == (before_donor - move, before_vision + move)
+    assert AuditEvent.objects.filter(reason="vision's new detector", action="quota_set").count() == 2
+
+    # nlp below what its projects hold: the hint names them, the real "first"
+    data = _rebalance_form(head, research)
+    data[f"guarantee-{nlp.pk}"] = "1"
+    refused = head.post(f"/units/{research.pk}/rebalance/", {**data, "reason": "r"})
+    text = refused.content.decode()
+    assert refused.status_code == 400 and "lower nlp&#x27;s own units first (" in text and "llm-pretrain" in text
+    # more than research holds: the total says by how much, no "first" anywhere
+    data = _rebalance_form(head, research)
+    data[f"guarantee-{vision.pk}"] = "1000"
+    over = head.post(f"/units/{research.pk}/rebalance/", {**data, "check": "1"}).content.decode()
+    assert "too many: lower some units by that much in total" in over and "first" not in over
+    assert gpu(vision.path).guarantee == before_vision + move  # nothing saved by the refusals
+
+    assert signed_in("lead-nlp").get(f"/units/{research.pk}/rebalance/").status_code == 403
+    assert signed_in("lead-nlp").get(f"/units/{nlp.pk}/rebalance/").status_code == 200  # its projects
+    assert f"/units/{research.pk}/rebalance/" in head.get(f"/units/{research.pk}/").content.decode()
