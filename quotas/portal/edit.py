@@ -122,19 +122,66 @@ def _mark(unit: OrgUnit, rows: list[Row], violations: list[Violation]) -> list[V
     return rest
 
 
+WORDS = {Resource.GPU: "GPUs", Resource.CPU: "cores of CPU", Resource.MEMORY: "of memory"}
+
+
+def sentences(unit: OrgUnit, change: QuotaChange, current: Quota | None, flavor: ResourceFlavor) -> list[str]:
+    """A change as people say it: "llm-pretrain is guaranteed 52 A100-80GB GPUs, was 48"."""
+    r = change.resource
+    word = f"{flavor.accelerator_model} GPUs" if r is Resource.GPU else f"{WORDS[r]} on {flavor.key}"
+
+    def q(value: int) -> str:
+        return format_quantity(r, value)
+
+    old = {f: getattr(current, f) if current else 0 for f in FIELDS}
+    new = {f: old[f] if getattr(change, f) is None else getattr(change, f) for f in FIELDS}
+    said = []
+    if new["guarantee"] != old["guarantee"]:
+        said.append(f"{unit.slug} is guaranteed {q(new['guarantee'])} {word}, was {q(old['guarantee'])}")
+    if new["guarantee"] + new["burst"] != old["guarantee"] + old["burst"]:
+        said.append(
+            f"{unit.slug} may hold up to {q(new['guarantee'] + new['burst'])} {word} when it borrows, "
+            f"was {q(old['guarantee'] + old['burst'])}"
+        )
+    if new["lendable"] != old["lendable"]:
+        said.append(f"{unit.slug} lends up to {q(new['lendable'])} {word} while idle, was {q(old['lendable'])}")
+    return said
+
+
+@dataclass
+class FlavorGroup:
+    """A flavor's rows on the form: its GPUs first, CPU and memory folded under it."""
+
+    flavor: ResourceFlavor
+    gpu: Row | None
+    others: list[Row]
+
+    @property
+    def others_open(self) -> bool:
+        return any(r.errors for r in self.others)
+
+
 def _context(request: HttpRequest, unit: OrgUnit, rows: list[Row], **extra: Any) -> dict[str, Any]:
-    flavors = {row.flavor.pk: row.flavor.key for row in rows}
+    by_key = {(row.flavor.pk, row.resource): row for row in rows}
     readable = [
-        {
-            "flavor": flavors.get(c.flavor_id, c.flavor_id),
-            "resource": c.resource.value,
-            **{f: format_quantity(c.resource, getattr(c, f)) for f in FIELDS if getattr(c, f) is not None},
-        }
+        sentence
         for c in extra.get("changes") or ()
+        if (c.flavor_id, c.resource) in by_key
+        for sentence in sentences(
+            unit, c, by_key[(c.flavor_id, c.resource)].current, by_key[(c.flavor_id, c.resource)].flavor
+        )
     ]
+    groups: dict[int, FlavorGroup] = {}
+    for row in rows:
+        group = groups.setdefault(row.flavor.pk, FlavorGroup(row.flavor, None, []))
+        if row.resource is Resource.GPU:
+            group.gpu = row
+        else:
+            group.others.append(row)
     return {
         "unit": unit,
         "rows": rows,
+        "groups": list(groups.values()),
         "direct": may_set_directly(request.user, unit),
         "reason": request.POST.get("reason", ""),
         "readable_changes": readable,

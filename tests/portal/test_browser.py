@@ -100,7 +100,9 @@ def test_a_lead_sees_a_live_violation_fixes_it_saves_and_finds_it_in_the_history
     lead.shot("edit-violation")
     box.fill("44")
     page.get_by_text("would break the quota policy").wait_for(state="detached")
-    page.get_by_text("48 → 44").wait_for()  # the ClusterQueue's nominalQuota in the preview
+    page.get_by_text("llm-pretrain is guaranteed 44 NVIDIA A100-SXM4-80GB GPUs, was 48").wait_for()  # in words
+    page.get_by_text("Exactly what changes on each cluster").click()
+    page.get_by_text("48 → 44").first.wait_for()  # the ClusterQueue's nominalQuota, behind the toggle
     page.get_by_label("Why").fill("eval needs more")
     page.get_by_role("button", name="Save").click()
     page.get_by_text("Saved 1 quota change").wait_for()

@@ -1,0 +1,113 @@
+"""Issue #13 in a real browser (Chromium, headless), at a desktop width and a phone's: the quota form
+(GPUs first, CPU and memory folded, the violation at its field, the preview in words, a save typed
+fast sends one POST and no late check), the rebalance form, a change request's page, and a request
+across two departments that one department's head cannot decide. Screenshots of each at both widths
+go to artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from quotas import services
+from quotas.models import AuditEvent, OrgUnit
+from quotas.policy import Resource
+from tests.portal.test_browser import Session, browser, gpu, site  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+WIDTHS = [1440, 390]
+
+
+def no_sideways_scroll(page):
+    """True when the page is no wider than the window; otherwise fails naming what overflows."""
+    if page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"):
+        return True
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll('body *')]
+          .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === 'visible')
+          .map(e => `${e.tagName}#${e.id}: ${e.scrollWidth}px in ${e.clientWidth}px`).slice(0, 8)"""
+    )
+    raise AssertionError(f"{page.url} scrolls sideways: {wide}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_quota_form_at_both_widths(browser, site, width):  # noqa: F811
+    lead = Session(browser, site, "lead-nlp", width=width)
+    project = gpu("acme/research/nlp/llm-pretrain")
+    page = lead.open(f"/units/{project.unit_id}/quotas/")
+    assert no_sideways_scroll(page), "the form scrolls sideways"
+    first = page.locator("fieldset.flavor").first
+    assert first.locator(".quota-what").first.inner_text() == "GPUs"  # GPUs first
+    assert not first.locator("details").first.evaluate("d => d.open")  # CPU and memory folded
+    lendable = page.locator(f"#lendable-{project.flavor_id}-gpu")
+    lendable.fill("999")  # above its own guarantee: a violation about this very field
+    message = page.locator(f"#err-lendable-{project.flavor_id}-gpu")
+    expect(message).to_have_text(re.compile(r"\S"))
+    expect(lendable).to_have_class(re.compile("invalid"))
+    assert lendable.get_attribute("aria-invalid") == "true"
+    lead.shot(f"edit-violation-at-field-{width}")
+    lendable.fill(str(project.lendable))
+    expect(message).to_have_text("")
+    expect(lendable).not_to_have_class(re.compile("invalid"))
+
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.get_by_label("Why").fill("fast save")
+    page.locator(f"#guarantee-{project.flavor_id}-gpu").fill("44")
+    page.get_by_role("button", name="Save").click()  # within the 300 ms before the check would fire
+    page.get_by_text("Saved 1 quota change").wait_for()
+    page.wait_for_timeout(600)  # long enough for a delayed check to have been sent, had it not been cancelled
+    edits = [u for u in posts if u.endswith(f"/units/{project.unit_id}/quotas/")]
+    checks = [u for u in posts if u.endswith("/quotas/check/")]
+    assert (len(edits), len(checks)) == (1, 0), posts
+    assert gpu(project.unit.path).guarantee == 44 and AuditEvent.objects.filter(reason="fast save").count() == 1
+    lead.shot(f"edit-saved-{width}")
+    lead.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rebalance_and_change_requests_at_both_widths(browser, site, width):  # noqa: F811
+    head = Session(browser, site, "head-research", width=width)
+    research = OrgUnit.objects.get(path="acme/research")
+    rl, vision = gpu("acme/research/rl"), gpu("acme/research/vision")
+    page = head.open(f"/units/{research.pk}/rebalance/?flavor={rl.flavor_id}&resource=gpu")
+    assert no_sideways_scroll(page)
+    page.locator(f"#guarantee-{rl.unit_id}").fill(str(rl.guarantee - 4))
+    page.locator(f"#guarantee-{vision.unit_id}").fill(str(vision.guarantee + 4))
+    page.get_by_text("left to give").wait_for()
+    head.shot(f"rebalance-{width}")
+    page.get_by_label("Why").fill("vision's detector")
+    page.get_by_role("button", name="Save all").click()
+    page.get_by_text("Rebalanced 2 unit(s)").wait_for()
+    assert (gpu(rl.unit.path).guarantee, gpu(vision.unit.path).guarantee) == (rl.guarantee - 4, vision.guarantee + 4)
+
+    lead = User.objects.get(username="lead-nlp")
+    ranking = OrgUnit.objects.get(path="acme/production/ranking")
+    ranking.leads.add(lead)
+    nlp, rank = gpu("acme/research/nlp"), gpu("acme/production/ranking")
+    across = services.change_request_submit(
+        actor=lead,
+        reason="one project in both teams",
+        changes=[services.QuotaChange(q.unit_id, q.flavor_id, Resource.GPU, q.guarantee + 1) for q in (nlp, rank)],
+    )
+    production = Session(browser, site, "head-production", width=width)
+    page = production.open(f"/requests/{across.pk}/")
+    page.get_by_text("only someone above every one of them decides it").wait_for()
+    assert page.get_by_role("button", name="Approve and apply").count() == 0  # issue #13.1
+    assert no_sideways_scroll(page)
+    production.shot(f"request-across-departments-{width}")
+    own = services.change_request_submit(
+        actor=lead,
+        reason="december run",
+        changes=[services.QuotaChange(nlp.unit_id, nlp.flavor_id, Resource.GPU, nlp.guarantee + 2)],
+    )
+    page = head.open(f"/requests/{own.pk}/")
+    page.get_by_text(f"guarantee {nlp.guarantee} → {nlp.guarantee + 2}").wait_for()
+    page.get_by_text("Applied now, it fits the quota policy.").wait_for()
+    assert no_sideways_scroll(page)
+    head.shot(f"request-{width}")
+    head.close()
+    production.close()
