@@ -1,12 +1,14 @@
 from django.urls import path
 
 from accounting import views as accounting_views
-from quotas.portal import clusters, edit, rebalance, views
+from quotas.portal import admin, clusters, edit, rebalance, views
 
 app_name = "quotas"
 urlpatterns = [
     path("", views.tree, name="home"),
     path("start/", views.start, name="start"),
+    path("setup/", admin.setup, name="setup"),
+    path("units/<int:unit_id>/administer/", admin.unit_admin, name="unit-admin"),
     path("units/<int:unit_id>/", views.unit_detail, name="unit"),
     path("units/<int:unit_id>/quotas/", edit.quota_edit, name="unit-edit"),
     path("units/<int:unit_id>/quotas/check/", edit.quota_check, name="unit-check"),

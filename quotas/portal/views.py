@@ -92,6 +92,24 @@ def start(request: HttpRequest) -> HttpResponse:
     return redirect(reverse("quotas:home") + ("#yours" if led else ""))
 
 
+def _administer(request: HttpRequest, unit: OrgUnit) -> dict[str, Any]:
+    """A platform admin's forms on the unit page (quotas/portal/admin.py handles them)."""
+    from quotas.access import is_platform_admin
+    from quotas.models import Cluster, ClusterKind
+    from quotas.portal.admin import NEXT_KIND
+
+    if not is_platform_admin(request.user):
+        return {}
+    return {
+        "administer": True,
+        "child_kind": NEXT_KIND.get(unit.kind, "project"),
+        "members": list(unit.memberships.select_related("user").order_by("slurm_username")),
+        "bindings": list(unit.namespaces.select_related("cluster")),
+        "kube_clusters": list(Cluster.objects.filter(kind=ClusterKind.KUBERNETES).order_by("name")),
+        "lead_names": ", ".join(sorted(u.username for u in unit.leads.all())),
+    }
+
+
 def _findings_on(led: list[str]) -> dict[str, int]:
     """Live findings on the units a lead leads (and below), per state: the home page's inbox count."""
     from django.db.models import Count, Q
@@ -190,6 +208,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "edits_directly": may_set_directly(request.user, unit),
             # its units' quotas are the lead's (or above) to set: all of them on one form
             "may_rebalance": may_request(request.user, unit) and unit.children.filter(archived_at=None).exists(),
+            **_administer(request, unit),
             "requests": unit.change_requests.filter(status=ChangeRequestStatus.PENDING),
         },
     )

@@ -143,7 +143,7 @@ def test_the_api_and_the_inbox(org, lead, client, admin_client):
     home = client.get("/").content.decode()
     assert "1 open finding" in home
     inbox = client.get("/findings/").content.decode()
-    yours = inbox.split("Your units")[1].split("Elsewhere")[0]
+    yours = inbox.split("<h2>Your units")[1].split("Elsewhere")[0]
     assert "acme/research/nlp used 7% of its guarantee" in yours and "Request this change" in yours
     assert "acme/ops wanted more than its guarantee" in inbox.split("Elsewhere")[1]
     done = client.post(f"/findings/{idle.pk}/act/", {"do": "request-change"})

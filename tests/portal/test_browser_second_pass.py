@@ -111,3 +111,88 @@ def test_rebalance_and_change_requests_at_both_widths(browser, site, width):  # 
     head.shot(f"request-{width}")
     head.close()
     production.close()
+
+
+def _form(page, action):
+    return page.locator(f'form:has(input[name="action"][value="{action}"])')
+
+
+def _submit(page, action, **fields):
+    form = _form(page, action)
+    for name, value in fields.items():
+        box = form.locator(f'[name="{name}"]')
+        if box.evaluate("e => e.tagName") == "SELECT":
+            box.select_option(label=value)
+        else:
+            box.fill(value)
+    form.get_by_role("button").click()
+    page.wait_for_load_state()
+
+
+def test_a_new_organisation_is_set_up_from_an_empty_database_in_the_portal_alone(browser, live_server):  # noqa: F811
+    """Issue #13.9: clusters, flavors, the organisation, its units, leads, members, namespaces, quotas,
+    archive and bring back — all in the portal, each audited, no Django shell."""
+    User.objects.create_user("root-admin", password="allot-demo", is_staff=True)
+    User.objects.create_user("lee", password="allot-demo")
+    admin = Session(browser, live_server.url, "root-admin", width=1440)
+    page = admin.open("/")
+    page.get_by_role("link", name="set one up").click()
+    _submit(page, "cluster", name="k8s-east", connection_ref="kubeconfig:/etc/allot/east.yaml", reason="new fleet")
+    page.get_by_text("Cluster k8s-east saved.").wait_for()
+    _submit(page, "flavor", name="a100", accelerator_model="A100", physical_devices="64", reason="its GPUs")
+    page.get_by_text("Flavor k8s-east/a100 saved.").wait_for()
+    _submit(page, "flavor", name="a100", accelerator_model="A100", physical_devices="many", reason="r")
+    page.get_by_text("'many' is not a number of devices").wait_for()  # a refusal names the field
+    _submit(page, "organisation", slug="globex", name="Globex", reason="first organisation")
+    page.get_by_text("Organisation globex created.").wait_for()
+    admin.shot("setup-1440")
+
+    page = admin.open("/")
+    page.get_by_role("link", name="globex").click()
+    _submit(page, "create", slug="research", name="Research", reason="a department")
+    page.get_by_text("Created globex/research.").wait_for()
+    page = admin.open(f"/units/{OrgUnit.objects.get(path='globex/research').pk}/")
+    _submit(page, "create", slug="nlp", name="NLP", reason="a team")
+    nlp = OrgUnit.objects.get(path="globex/research/nlp")
+    page = admin.open(f"/units/{nlp.pk}/")
+    _submit(page, "leads", leads="lee", reason="lee leads it")
+    _submit(page, "member_add", slurm_username="lee", reason="lee trains")
+    _submit(page, "bind", cluster="k8s-east", namespace="nlp-train", reason="their jobs")
+    page.get_by_text("Bound k8s-east/nlp-train.").wait_for()
+    _submit(page, "rename", name="Language", reason="new name")
+    admin.shot("administer-1440")
+
+    for path, guarantee in (("globex", "64"), ("globex/research", "40"), ("globex/research/nlp", "20")):
+        unit = OrgUnit.objects.get(path=path)
+        page = admin.open(f"/units/{unit.pk}/quotas/")
+        page.locator("fieldset.flavor input[id^=guarantee-][id$=-gpu]").first.fill(guarantee)
+        page.get_by_label("Why").fill("first quotas")
+        page.get_by_role("button", name="Save").click()
+        page.get_by_text("Saved 1 quota change").wait_for()
+
+    page = admin.open(f"/units/{nlp.pk}/")
+    _submit(page, "archive", reason="team merged")
+    page.get_by_text("Archived 1 unit(s).").wait_for()
+    _submit(page, "unarchive", reason="back again")
+    page.get_by_text("1 unit(s) back.").wait_for()
+    admin.close()
+
+    nlp.refresh_from_db()
+    assert nlp.archived_at is None and nlp.name == "Language"
+    assert [u.username for u in nlp.leads.all()] == ["lee"]
+    assert [m.slurm_username for m in nlp.memberships.all()] == ["lee"]
+    assert [(b.cluster.name, b.namespace) for b in nlp.namespaces.all()] == []  # released by the archive
+    from quotas.models import Quota
+
+    assert Quota.objects.get(unit=nlp, resource="nvidia.com/gpu").guarantee == 20
+    done = set(AuditEvent.objects.values_list("action", flat=True))
+    assert {"cluster_set", "flavor_set", "org_unit_create", "org_unit_update", "membership_add", "namespace_bind",
+            "quota_set", "org_unit_archive", "org_unit_unarchive"} <= done  # fmt: skip
+    phone = Session(browser, live_server.url, "root-admin", width=390)
+    page = phone.open("/setup/")
+    assert no_sideways_scroll(page)
+    phone.shot("setup-390")
+    page = phone.open(f"/units/{nlp.pk}/")
+    assert no_sideways_scroll(page)
+    phone.shot("administer-390")
+    phone.close()

@@ -346,3 +346,21 @@ def test_rebalancing_moves_guarantee_between_siblings_in_one_step(demo):
     assert signed_in("lead-nlp").get(f"/units/{research.pk}/rebalance/").status_code == 403
     assert signed_in("lead-nlp").get(f"/units/{nlp.pk}/rebalance/").status_code == 200  # its projects
     assert f"/units/{research.pk}/rebalance/" in head.get(f"/units/{research.pk}/").content.decode()
+
+
+def test_only_platform_admins_administer_and_every_task_is_audited(demo):
+    nlp = unit("acme/research/nlp")
+    for who in ("lead-nlp", "head-research", "viewer"):
+        client = signed_in(who)
+        assert client.get("/setup/").status_code == 403, who
+        refused = client.post(f"/units/{nlp.pk}/administer/", {"action": "rename", "name": "x", "reason": "r"})
+        assert refused.status_code == 403, who
+    assert "Administer acme/research/nlp" not in signed_in("lead-nlp").get(f"/units/{nlp.pk}/").content.decode()
+    admin = signed_in("admin")
+    page = admin.post(
+        f"/units/{nlp.pk}/administer/", {"action": "leads", "leads": "nobody", "reason": "r"}, follow=True
+    )
+    assert "leads: no active user nobody" in page.content.decode()  # the field and why, nothing changed
+    admin.post(f"/units/{nlp.pk}/administer/", {"action": "rename", "name": "Language", "reason": "clearer"})
+    assert unit(nlp.path).name == "Language"
+    assert AuditEvent.objects.filter(action="org_unit_update", reason="clearer").count() == 1
