@@ -160,8 +160,14 @@ def unit_admin(request: HttpRequest, unit_id: int) -> HttpResponse:
             + "."
         ),
         "rename": lambda: (
-            "Renamed "
-            + services.org_unit_update(actor=actor, reason=reason, unit=unit, name=post.get("name", "").strip()).path
+            "Saved the name and Slurm account of "
+            + services.org_unit_update(
+                actor=actor,
+                reason=reason,
+                unit=unit,
+                name=post.get("name", "").strip(),
+                slurm_account=post.get("slurm_account", "").strip(),
+            ).path
             + "."
         ),
         "leads": lambda: (

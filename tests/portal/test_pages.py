@@ -361,6 +361,9 @@ def test_only_platform_admins_administer_and_every_task_is_audited(demo):
         f"/units/{nlp.pk}/administer/", {"action": "leads", "leads": "nobody", "reason": "r"}, follow=True
     )
     assert "leads: no active user nobody" in page.content.decode()  # the field and why, nothing changed
-    admin.post(f"/units/{nlp.pk}/administer/", {"action": "rename", "name": "Language", "reason": "clearer"})
-    assert unit(nlp.path).name == "Language"
+    admin.post(
+        f"/units/{nlp.pk}/administer/",
+        {"action": "rename", "name": "Language", "slurm_account": "lang", "reason": "clearer"},
+    )
+    assert (unit(nlp.path).name, unit(nlp.path).slurm_account) == ("Language", "lang")
     assert AuditEvent.objects.filter(action="org_unit_update", reason="clearer").count() == 1
