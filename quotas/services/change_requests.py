@@ -86,8 +86,18 @@ def request_violations(request: ChangeRequest) -> list[Violation]:
     units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
     if len(units) != len({c.unit_id for c in changes}):
         return []  # a unit was archived: approval refuses it with that reason
+    return _violations(changes, units, _current(units))
+
+
+def _current(units: dict[int, OrgUnit]) -> dict[tuple[int, int, str], Quota]:
+    return {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
+
+
+def _violations(
+    changes: Sequence[QuotaChange], units: dict[int, OrgUnit], current: dict[tuple[int, int, str], Quota]
+) -> list[Violation]:
+    """What ``changes`` would break now: the core's incremental check on the units' neighbourhood."""
     keys = flavor_keys()
-    current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
     edits = {
         (c.unit_id, keys[c.flavor_id], c.resource): proposed_quota(
             c, current.get((c.unit_id, c.flavor_id, c.resource.value))
@@ -152,16 +162,13 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     # the request belongs to the lowest unit above (or at) all its items; only someone above every item
     # may approve it (quotas/access.py)
     top = common_unit(units.values()) or min(units.values(), key=lambda u: u.depth)
-    current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=units)}
+    current = _current(units)
     based: list[QuotaChange] = []
-    edits = {}
-    keys = flavor_keys()
     for c in changes:
         row = current.get((c.unit_id, c.flavor_id, c.resource.value))
         version = c.expected_version if c.expected_version is not None else (row.version if row else 0)
         based.append(QuotaChange(c.unit_id, c.flavor_id, c.resource, c.guarantee, c.burst, c.lendable, version))
-        edits[(c.unit_id, keys[c.flavor_id], c.resource)] = proposed_quota(c, row)
-    problems = check_quota_edits(neighbourhood_snapshot(units), edits)
+    problems = _violations(changes, units, current)
     if problems:
         raise PolicyViolationError(problems)
     lock_units([top.pk])  # two identical submissions at once: the second sees the first
