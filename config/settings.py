@@ -218,6 +218,35 @@ ALLOT_ENFORCE_DELAY_SECONDS = env_int("ALLOT_ENFORCE_DELAY_SECONDS", 10)  # edit
 ALLOT_ENFORCE_LOCK_SECONDS = env_int("ALLOT_ENFORCE_LOCK_SECONDS", 900)  # the longest a run may hold its cluster
 # where each Slurm cluster's job_submit snapshot is written ({cluster}: its name; "" = not published)
 ALLOT_SLURM_POLICY_OUT = env_str("ALLOT_SLURM_POLICY_OUT", "")
+
+
+def _cache_url(redis_url: str) -> str:
+    """REDIS_URL's server, the next database number: ``cache.clear()`` must never empty the broker's."""
+    base, _, db = redis_url.rstrip("/").rpartition("/")
+    if redis_url.count("/") >= 3 and db.isascii() and db.isdigit():
+        return f"{base}/{int(db) + 1}"
+    return redis_url.rstrip("/") + "/1"
+
+
+# The cache coordinates processes (enforcement's debounce marks and per-cluster locks), so in
+# production it must be one store shared by the web, worker and beat processes of every machine.
+ALLOT_CACHE_URL = env_str("ALLOT_CACHE_URL", _cache_url(REDIS_URL) if REDIS_URL else "")
+if ALLOT_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": ALLOT_CACHE_URL,
+            "KEY_PREFIX": "allot",
+        }
+    }
+elif ALLOT_ENFORCE_ON_CHANGE:
+    raise ImproperlyConfigured(
+        "ALLOT_ENFORCE_ON_CHANGE is on but no shared cache is configured: each process would keep its own "
+        "debounce marks and locks, and edits would be lost between the web and the worker. Set REDIS_URL "
+        "(or ALLOT_CACHE_URL=redis://host:6379/1), or turn ALLOT_ENFORCE_ON_CHANGE off"
+    )
+else:  # the embedded demo: one process, tasks in-process
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "allot"}}
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_STORE_EAGER_RESULT = True  # in-process tasks report their state too (a review build's progress)
 # A task is acknowledged when it finishes, and requeued when its worker dies mid-task (OOM kill, node

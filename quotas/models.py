@@ -61,6 +61,14 @@ class Cluster(models.Model):
         "than its ceiling, but a unit cannot borrow a sibling's unused share); 'permissive' gives every unit "
         "its whole burst (more borrowing, and the coverage report lists the subtrees that may exceed their ceiling).",
     )
+    slurm_qos_prefix = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="Slurm only: put before the name of every QOS Allot writes for this cluster (e.g. 'b-' makes "
+        "b-guar-nlp). QOS are shared by every cluster of a slurmdbd, so a second Allot cluster in the same "
+        "slurmdbd needs one; lowercase letters, digits, '-', '_' or '.'.",
+    )
     fairshare_half_life = models.PositiveIntegerField(
         default=7 * 86400,
         help_text="Slurm only: the cluster's PriorityDecayHalfLife in seconds (default 7 days), with which Allot "

@@ -233,6 +233,7 @@ def slurm_target(cluster: Cluster) -> Any:
         accounts,
         {u: tuple(sorted(m)) for u, m in members.items()},
         strict=cluster.subtree_ceilings != SubtreeCeilings.PERMISSIVE,
+        qos_prefix=cluster.slurm_qos_prefix,
     )
 
 

@@ -90,6 +90,7 @@ class ClusterOut(serializers.ModelSerializer):
             "enabled",
             "drift_policy",
             "subtree_ceilings",
+            "slurm_qos_prefix",
             "fairshare_half_life",
             "created_at",
         ]
@@ -108,6 +109,9 @@ class ClusterIn(ReasonMixin):
     )
     subtree_ceilings = serializers.ChoiceField(
         choices=SubtreeCeilings.choices, required=False, help_text=Cluster._meta.get_field("subtree_ceilings").help_text
+    )
+    slurm_qos_prefix = Text(
+        required=False, allow_blank=True, max_length=16, help_text=Cluster._meta.get_field("slurm_qos_prefix").help_text
     )
 
 

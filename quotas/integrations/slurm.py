@@ -105,23 +105,40 @@ class Sacctmgr:
         return result.output
 
     def read(self, cluster: str) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str]]:
-        """Accounts, user associations (with each user's DefaultAccount), QOS and account
-        descriptions: four read calls, made at once."""
-        assoc_text, user_text, qos_text, account_text = self._read_many(
+        """Accounts, user associations (with each user's DefaultAccount on this cluster), QOS and
+        account descriptions."""
+        accounts, users, qos, descriptions, _ = self.read_state(cluster)
+        return accounts, users, qos, descriptions
+
+    def read_state(
+        self, cluster: str
+    ) -> tuple[list[SlurmAccount], list[SlurmUser], list[SlurmQos], dict[str, str], frozenset[str]]:
+        """:meth:`read`, and the QOS that associations of the slurmdbd's *other* clusters list (a sync
+        never deletes those): five read calls, made at once. A user's DefaultAccount is per cluster
+        (``show user`` alone prints one cluster's, whichever slurmdbd finds first)."""
+        assoc_text, user_text, qos_text, account_text, other_text = self._read_many(
             ("show", "assoc", "where", f"cluster={cluster}", f"format={','.join(ASSOC_FORMAT)}"),
-            ("show", "user", "format=User,DefaultAccount"),
+            ("show", "user", "withassoc", "where", f"cluster={cluster}", "format=User,DefaultAccount"),
             ("show", "qos", f"format={','.join(QOS_FORMAT)}"),
             ("show", "account", "format=Account,Descr"),
+            ("show", "assoc", "format=Cluster,QOS"),
         )
         accounts, users = parse_assoc(assoc_text, ASSOC_FORMAT)
         defaults = dict(line.lower().split("|", 1) for line in user_text.splitlines() if "|" in line)
+        elsewhere = frozenset(
+            name
+            for line in other_text.lower().splitlines()
+            if "|" in line and line.split("|", 1)[0] != cluster.lower()
+            for name in line.split("|", 1)[1].split(",")
+            if name
+        )
         users = [SlurmUser(u.name, u.account, defaults.get(u.name, ""), u.fairshare) for u in users]
         qos = parse_qos(qos_text, QOS_FORMAT)
         descriptions = {}
         for line in account_text.splitlines():
             name, _, description = line.partition("|")
             descriptions[name.lower()] = description.lower()
-        return accounts, users, qos, descriptions
+        return accounts, users, qos, descriptions, elsewhere
 
     def read_tres(self) -> set[str]:
         """The cluster's trackable resources as limits name them, e.g. ``gres/gpu:a100``."""

@@ -41,6 +41,7 @@ def clusters(request: HttpRequest) -> HttpResponse:
         }
         if cluster.kind == ClusterKind.SLURM:
             fields["subtree_ceilings"] = request.POST.get("subtree_ceilings", cluster.subtree_ceilings)
+            fields["slurm_qos_prefix"] = request.POST.get("slurm_qos_prefix", cluster.slurm_qos_prefix).strip()
         try:
             services.cluster_set(actor=request.user, reason=request.POST.get("reason", ""), name=cluster.name, **fields)
         except InputError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 from django.db import models, transaction
@@ -78,6 +79,13 @@ def cluster_set(*, actor: Actor, reason: str, name: str, **fields: Any) -> Clust
             "kind",
             f"cluster {name} already has flavors as a {existing.kind} cluster",
             "create a new cluster instead of changing its kind",
+        )
+    prefix = fields.get("slurm_qos_prefix")
+    if prefix and not re.fullmatch(r"[a-z0-9_.-]{1,16}", prefix):
+        raise InputError(
+            "slurm_qos_prefix",
+            f"{prefix!r} is not a QOS name prefix Slurm keeps as it is",
+            "use up to 16 lowercase letters, digits, '-', '_' or '.', e.g. 'b-'",
         )
     cluster, created, before, after = _upsert(Cluster, {"name": name}, fields)
     _audit(actor, reason, "cluster_set", cluster, name, created, before, after)

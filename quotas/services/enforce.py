@@ -8,6 +8,11 @@ pending mark in the cache and — only if the mark was not already set — queue
 change, a lead saving twice) is one run per cluster; the task clears the mark first, so an edit made
 while it runs queues the next. The task takes a per-cluster lock: one run per cluster at a time.
 
+Marks and locks live in the cache, which must be shared by every process of every machine (web,
+worker, beat): settings refuse to start with enforcement on and no shared cache (``ALLOT_CACHE_URL``,
+Redis by default). A lock holds a token and is released only while it is still the holder's, so a
+run that outlived ``ALLOT_ENFORCE_LOCK_SECONDS`` never frees the lock of the run that took over.
+
 The run is the change's enforcement: its ``revision`` is the newest audit row it compiled, so the
 history links each change to the first run of each cluster whose revision covers it
 (:func:`enforced_by`).
@@ -19,6 +24,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from django.conf import settings
 from django.core.cache import cache
@@ -75,8 +81,8 @@ def cluster_enforce(*, cluster: Cluster) -> dict[str, Any]:
     from quotas.services.slurm_policy import slurm_policy_publish
     from quotas.services.sync import cluster_sync
 
-    lock = RUNNING.format(cluster.pk)
-    if not cache.add(lock, 1, timeout=settings.ALLOT_ENFORCE_LOCK_SECONDS):
+    lock, token = RUNNING.format(cluster.pk), uuid4().hex
+    if not cache.add(lock, token, timeout=settings.ALLOT_ENFORCE_LOCK_SECONDS):
         return {"busy": True}
     try:
         cache.delete(PENDING.format(cluster.pk))  # an edit from now on queues the next run
@@ -91,7 +97,8 @@ def cluster_enforce(*, cluster: Cluster) -> dict[str, Any]:
                 log.error("enforce %s: the job_submit snapshot was not published: %s", cluster.name, exc)
         return done
     finally:
-        cache.delete(lock)
+        if cache.get(lock) == token:  # still ours (it may have expired and been taken over)
+            cache.delete(lock)
 
 
 def enforced_by(events: Iterable[AuditEvent]) -> dict[int, list[SyncRun]]:

@@ -56,7 +56,7 @@ from quotas.policy.kueue.validate import validate_objects
 from quotas.policy.slurm.diff import Command as SlurmCommand
 from quotas.policy.slurm.diff import Step as SlurmStep
 from quotas.policy.slurm.diff import batch as slurm_batch
-from quotas.policy.slurm.diff import check_tres, plan_slurm
+from quotas.policy.slurm.diff import check_tres, hold_back, plan_slurm
 from quotas.selectors import kueue_target, org_snapshot, policy_revision, slurm_desired
 
 from .audit import Actor, audit_event, audit_write, require_reason
@@ -431,6 +431,10 @@ def slurm_sync(
         commands, refusals = _plan_slurm(desired, runner)
         for refusal in refusals:
             run.add((refusal.kind, "", refusal.name), SyncOutcome.NOT_OURS, message=refusal.message)
+        foreign = {r.name: r.message for r in refusals if r.kind == "qos"}
+        commands, waiting = hold_back(desired, commands, foreign, "which are not this cluster's to write")
+        for problem in waiting:
+            run.add((problem.kind, "", problem.name), SyncOutcome.INVALID, message=problem.message)
         if any(c.kind == "qos" and c.action != "delete" for c in commands):
             commands, waiting = check_tres(desired, commands, runner.read_tres())
             for problem in waiting:
@@ -460,8 +464,8 @@ def slurm_sync(
 
 
 def _plan_slurm(desired: Any, runner: Sacctmgr) -> tuple[list[SlurmCommand], list[Any]]:
-    accounts, users, qos, descriptions = runner.read(desired.cluster)
-    return plan_slurm(desired, accounts, users, qos, descriptions=descriptions)
+    accounts, users, qos, descriptions, elsewhere = runner.read_state(desired.cluster)
+    return plan_slurm(desired, accounts, users, qos, descriptions=descriptions, elsewhere=elsewhere)
 
 
 def _call_text(step: SlurmStep) -> str:

@@ -94,7 +94,7 @@ def test_sync_converges_and_a_second_sync_writes_nothing(lab):
     assert {("alice", "nlp"), ("dave", "nlp"), ("bob", "vision")} <= {(u.name, u.account) for u in users}
     second = cluster_sync(actor=lab.admin, reason="second", cluster=lab.slurm)
     assert second.status == SyncStatus.IN_SYNC and writes(second) == []
-    assert second.counts["sacctmgr_calls"] == 8  # two reads of four calls, not one write
+    assert second.counts["sacctmgr_calls"] == 10  # two reads of five calls, not one write
 
 
 def test_a_quota_change_becomes_exactly_the_qos_modifications(lab):

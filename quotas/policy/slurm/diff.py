@@ -14,8 +14,12 @@ Two layers:
 Order (NOTES.md §6): QOS (preemptees before preemptors), accounts top-down, user associations;
 then deletions bottom-up (users, accounts children-first, QOS no longer referenced). Only objects
 Allot manages are ever modified or deleted: accounts whose description Allot wrote (``<kind>
-<path>``) and QOS whose description Allot wrote (``allot: …``) — never by name alone: a site's
-``guar-rogue`` is the site's. Anything else with one of our names is reported, never touched.
+<path>``) and QOS whose description Allot wrote for *this* cluster (``allot@<cluster>: …``) — never
+by name alone: a site's ``guar-rogue`` is the site's, and another cluster's QOS in the same slurmdbd
+(QOS are shared by all its clusters) are that cluster's. A QOS any association of another cluster
+still lists is never deleted. Anything else with one of our names is reported, never touched. QOS
+written before descriptions named their cluster (``allot: …``) are adopted by the cluster that
+wants them (their description is rewritten).
 ``show assoc`` prints *effective* QOS lists (inherited from the parent, pitfall P3), so desired lists
 are compared after the same inheritance.
 """
@@ -32,12 +36,25 @@ from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser, clear
 from .render import account_line, clear_tres, qos_settings, user_line
 
 OURS = re.compile(r"^organisation [a-z0-9-]+$|^(department|team|project) [a-z0-9-]+(/[a-z0-9-]+)+$")
-QOS_MARK = "allot:"
-"""Every QOS description Allot writes starts with this (translate.py): how a QOS is known to be Allot's."""
+QOS_MARK = "allot@"
+"""Every QOS description Allot writes starts with this and its cluster (translate.py): how a QOS is
+known to be Allot's, and whose."""
+LEGACY_MARK = "allot:"
+"""What descriptions started with before they named their cluster."""
 
 
-def ours_qos(qos: SlurmQos) -> bool:
-    return qos.description.startswith(QOS_MARK)
+def qos_owner(qos: SlurmQos) -> str | None:
+    """The cluster a QOS belongs to: its name from ``allot@<cluster>: …``; "" for one Allot wrote
+    before descriptions named their cluster; None for the site's own."""
+    if qos.description.startswith(QOS_MARK):
+        return qos.description[len(QOS_MARK) :].partition(":")[0]
+    return "" if qos.description.startswith(LEGACY_MARK) else None
+
+
+def ours_qos(qos: SlurmQos, cluster: str | None = None) -> bool:
+    """Allot's (any cluster's when ``cluster`` is None, else that cluster's or an unclaimed legacy one)."""
+    owner = qos_owner(qos)
+    return owner is not None and (cluster is None or owner in ("", cluster))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +121,14 @@ def plan_slurm(
     qos: Sequence[SlurmQos],
     *,
     descriptions: dict[str, str],
+    elsewhere: frozenset[str] = frozenset(),
 ) -> tuple[list[Command], list[Problem]]:
-    """``descriptions``: actual account descriptions (``show account``), to tell ours from the site's.
+    """``descriptions``: actual account descriptions (``show account``), to tell ours from the site's;
+    ``elsewhere``: the QOS that associations of the slurmdbd's other clusters list (never deleted).
     Returns the per-object commands in dependency order and the objects refused (not ours)."""
     cluster = desired.cluster
     refusals: list[Problem] = []
-    commands = _qos_commands(desired.qos, {q.name: q for q in qos}, refusals)
+    commands = _qos_commands(desired.qos, {q.name: q for q in qos}, refusals, cluster)
     actual_accounts = {a.name: a for a in accounts}
     want_effective = effective_qos(desired.accounts)
     have_effective = {a.name: a.qos for a in accounts}
@@ -157,7 +176,7 @@ def plan_slurm(
             )
             commands.append(Command("user", f"{user.name}@{user.account}", "add", argv, obj=user, scope=user.account))
     commands += _default_accounts(desired, accounts, users, descriptions)
-    commands += _deletions(desired, accounts, users, qos, descriptions, cluster)
+    commands += _deletions(desired, accounts, users, qos, descriptions, cluster, elsewhere)
     return commands, refusals
 
 
@@ -188,9 +207,12 @@ def _default_accounts(
     return found
 
 
-def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos], refusals: list[Problem]) -> list[Command]:
+def _qos_commands(
+    desired: Sequence[SlurmQos], actual: dict[str, SlurmQos], refusals: list[Problem], cluster: str
+) -> list[Command]:
     """Preemptees (burst, tier) first, then the guarantees whose ``Preempt=`` names them. A QOS with
-    one of our names that Allot did not write is refused (added to ``refusals``), not changed."""
+    one of our names that Allot did not write, or wrote for another cluster, is refused (added to
+    ``refusals``), not changed."""
     found = []
     for want in desired:
         phase = "1-guarantee" if want.preempt else "0-preemptee"
@@ -200,13 +222,26 @@ def _qos_commands(desired: Sequence[SlurmQos], actual: dict[str, SlurmQos], refu
             argv = ("add", "qos", want.name, *settings)
             found.append(Command("qos", want.name, "add", argv, settings=settings, scope=phase, obj=want))
             continue
-        if not ours_qos(have):
+        owner = qos_owner(have)
+        if owner not in (None, "", cluster):
+            refusals.append(
+                Problem(
+                    "qos",
+                    want.name,
+                    f"belongs to Allot's cluster {owner} (QOS are shared by every cluster of a slurmdbd): left "
+                    f"alone; give cluster {cluster} a QOS prefix (e.g. '{cluster}-') so its QOS get names of "
+                    "their own, then sync again",
+                )
+            )
+            continue
+        if owner is None:
             refusals.append(
                 Problem(
                     "qos",
                     want.name,
                     f"exists but was not created by Allot (its description {have.description!r} does not start "
-                    f"with {QOS_MARK!r}): left alone; rename or delete the site's QOS, then sync again",
+                    f"with {QOS_MARK!r} and a cluster): left alone; rename or delete the site's QOS, or give this "
+                    "cluster a QOS prefix, then sync again",
                 )
             )
             continue
@@ -257,6 +292,7 @@ def _deletions(
     qos: Sequence[SlurmQos],
     descriptions: dict[str, str],
     cluster: str,
+    elsewhere: frozenset[str] = frozenset(),
 ) -> list[Command]:
     wanted_accounts = {a.name for a in desired.accounts}
     ours = {a.name for a in accounts if OURS.match(descriptions.get(a.name, "")) and a.name not in wanted_accounts}
@@ -295,7 +331,7 @@ def _deletions(
     found += [
         Command("qos", q.name, "delete", ("delete", "qos", "where", f"name={q.name}"))
         for q in sorted(qos, key=lambda q: q.name)
-        if ours_qos(q) and q.name not in wanted_qos
+        if ours_qos(q, cluster) and q.name not in wanted_qos and q.name not in elsewhere
     ]
     return found
 
@@ -305,25 +341,37 @@ def check_tres(desired: SlurmState, commands: Sequence[Command], tres: set[str])
     cluster does not have (``sacctmgr show tres``), and the account and user writes that depend on
     those QOS, each with what to do; keep the rest."""
     missing = {q.name: sorted(t for t in q.grp_tres if t not in tres) for q in desired.qos if set(q.grp_tres) - tres}
-    if not missing:
+    why = {
+        name: f"{', '.join(names)} is not a TRES of cluster {desired.cluster}: add it to AccountingStorageTRES in "
+        "slurm.conf (and the nodes' Gres), restart slurmctld, then sync again"
+        for name, names in missing.items()
+    }
+    return hold_back(desired, commands, why, "which name a TRES the cluster does not have")
+
+
+def hold_back(
+    desired: SlurmState, commands: Sequence[Command], why: dict[str, str], because: str
+) -> tuple[list[Command], list[Problem]]:
+    """Drop the writes of the QOS in ``why`` (each reported with its reason) and the account and user
+    writes that depend on them (an account must not be given a QOS that is not what Allot compiled:
+    another cluster's, or the site's); keep the rest."""
+    if not why:
         return list(commands), []
-    unusable = {a.name for a in desired.accounts if set(a.qos) & set(missing)}
+    parents = {a.name: a.parent for a in desired.accounts}
+    unusable = {a.name for a in desired.accounts if set(a.qos) & set(why)}
+    for name in parents:  # an account under a held-back one waits too (a load could not place it)
+        node, depth = parents[name], 0
+        while node in parents and depth < 64:
+            if node in unusable:
+                unusable.add(name)
+                break
+            node, depth = parents[node], depth + 1
     kept, problems = [], []
     for command in commands:
-        if command.kind == "qos" and command.name in missing and command.action != "delete":
-            names = ", ".join(missing[command.name])
-            problems.append(
-                Problem(
-                    "qos",
-                    command.name,
-                    f"{names} is not a TRES of cluster {desired.cluster}: add it to AccountingStorageTRES in "
-                    "slurm.conf (and the nodes' Gres), restart slurmctld, then sync again",
-                )
-            )
+        if command.kind == "qos" and command.name in why and command.action != "delete":
+            problems.append(Problem("qos", command.name, why[command.name]))
         elif command.kind == "account" and command.name in unusable and command.action != "delete":
-            problems.append(
-                Problem("account", command.name, "waits for its QOS, which name a TRES the cluster does not have")
-            )
+            problems.append(Problem("account", command.name, f"waits for its QOS, {because}"))
         elif command.kind == "user" and command.action == "add" and command.scope in unusable:
             problems.append(Problem("user", command.name, f"waits for account {command.scope}"))
         elif command.kind == "user" and command.action == "modify" and command.changes[0].desired in unusable:

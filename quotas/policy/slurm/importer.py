@@ -197,7 +197,8 @@ def read_slurm(
             )
     for q in qos:
         if q.name.startswith("tier-") and q.max_wall_min:
-            label = q.description.removeprefix("allot: ").removeprefix(f"tier {q.name[5:]}").strip()
+            text = q.description.partition(": ")[2] if q.description.startswith(("allot@", "allot:")) else q.description
+            label = text.removeprefix(f"tier {q.name[5:]}").strip()
             found.tiers[q.name[5:].upper()] = (q.priority, q.preempt_mode == "requeue", q.max_wall_min * 60, label)
     return found
 

@@ -47,8 +47,16 @@ from ..snapshot import OrgSnapshot
 from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
 
 GUARANTEE_PRIORITY, BURST_PRIORITY = 1000, 10
-GUARANTEE_DESCRIPTION = "allot: guaranteed gpus"
-BURST_DESCRIPTION = "allot: borrowed gpus, requeued on reclaim"
+GUARANTEE_DESCRIPTION = "guaranteed gpus"
+BURST_DESCRIPTION = "borrowed gpus, requeued on reclaim"
+
+
+def qos_description(cluster: str, text: str) -> str:
+    """``allot@<cluster>: <text>``: QOS live in slurmdbd across all its clusters, so each QOS Allot
+    writes names the cluster that owns it; a sync only ever changes or deletes its own cluster's."""
+    return f"allot@{cluster}: {text}"
+
+
 SLURM_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,62}$")
 
 
@@ -81,6 +89,15 @@ class SlurmTarget:
     members: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     strict: bool = True
     """Split each parent's burst among its subtree's burst QOS (see the module's docstring)."""
+    qos_prefix: str = ""
+    """Put before every QOS name (``b-guar-nlp``): a second cluster of the same slurmdbd needs one,
+    since QOS names are shared by every cluster there."""
+
+    def guar(self, account: str) -> str:
+        return f"{self.qos_prefix}guar-{account}"
+
+    def burst(self, account: str) -> str:
+        return f"{self.qos_prefix}burst-{account}"
 
 
 def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
@@ -102,7 +119,7 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 )
             )
     present = {uid for uid in present if uid not in bad and not bad.intersection(snapshot.ancestors(uid))}
-    tier_qos = _tier_qos(snapshot)
+    tier_qos = _tier_qos(snapshot, target)
     own_burst = {f.key: (_split_bursts if target.strict else _full_bursts)(snapshot, present, f.key) for f in flavors}
     burst_qos, guar_qos = {}, {}
     for uid in sorted(present, key=lambda u: snapshot.units[u].path):
@@ -118,8 +135,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
         contract = snapshot.effective_contract(uid)
         if burst:
             burst_qos[uid] = SlurmQos(
-                f"burst-{name[uid]}",
-                BURST_DESCRIPTION,
+                target.burst(name[uid]),
+                qos_description(target.cluster, BURST_DESCRIPTION),
                 BURST_PRIORITY,
                 preempt_mode="requeue",
                 grace_time_s=contract.grace_period_s if contract else 0,
@@ -137,8 +154,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
         + sorted(burst_qos.values(), key=lambda q: q.name)
         + [
             SlurmQos(
-                f"guar-{name[uid]}",
-                GUARANTEE_DESCRIPTION,
+                target.guar(name[uid]),
+                qos_description(target.cluster, GUARANTEE_DESCRIPTION),
                 GUARANTEE_PRIORITY,
                 preempt=preemptees,
                 grp_tres=tres,
@@ -153,8 +170,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
             sorted(
                 n
                 for n in (
-                    f"guar-{name[uid]}" if uid in guar_qos else "",
-                    f"burst-{name[uid]}" if uid in burst_qos else "",
+                    target.guar(name[uid]) if uid in guar_qos else "",
+                    target.burst(name[uid]) if uid in burst_qos else "",
                 )
                 if n
             )
@@ -170,7 +187,7 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 f"{unit.kind} {unit.path}".lower(),
                 root.slug.lower(),
                 own,
-                f"guar-{name[uid]}" if uid in guar_qos else (f"burst-{name[uid]}" if uid in burst_qos else ""),
+                target.guar(name[uid]) if uid in guar_qos else (target.burst(name[uid]) if uid in burst_qos else ""),
             )
         )
     members = {(u, uid) for uid, users in target.members.items() if uid in present for u in users}
@@ -256,7 +273,9 @@ def subtree_overcommit(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTa
         tres = f"gres/gpu:{flavor.gpu_type}"
         own = {
             uid: sum(
-                by_name[q].grp_tres.get(tres, 0) for q in (f"guar-{name[uid]}", f"burst-{name[uid]}") if q in by_name
+                by_name[q].grp_tres.get(tres, 0)
+                for q in (target.guar(name[uid]), target.burst(name[uid]))
+                if q in by_name
             )
             for uid in snapshot.units
             if name[uid] in accounts
@@ -274,7 +293,7 @@ def subtree_overcommit(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTa
     return found
 
 
-def _tier_qos(snapshot: OrgSnapshot) -> list[SlurmQos]:
+def _tier_qos(snapshot: OrgSnapshot, target: SlurmTarget) -> list[SlurmQos]:
     """``tier-<name>`` for each tier with a runtime limit: ``MaxWall`` in minutes (rounded up)."""
     found = []
     for tier in sorted(snapshot.tiers.values(), key=lambda t: t.name):
@@ -283,8 +302,8 @@ def _tier_qos(snapshot: OrgSnapshot) -> list[SlurmQos]:
         label = " ".join(re.sub(r"[^a-z0-9 -]+", " ", (tier.display_name or tier.name).lower()).split())
         found.append(
             SlurmQos(
-                f"tier-{tier.name.lower()}",
-                f"allot: tier {tier.name.lower()} {label}"[:60],
+                f"{target.qos_prefix}tier-{tier.name.lower()}",
+                qos_description(target.cluster, f"tier {tier.name.lower()} {label}")[:60],
                 BURST_PRIORITY if tier.preemptible else GUARANTEE_PRIORITY,
                 preempt_mode="requeue" if tier.preemptible else "cluster",
                 max_wall_min=-(-tier.max_runtime_s // 60),

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from quotas.policy import Resource, UnitKind
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.slurm.coverage import slurm_coverage
-from quotas.policy.slurm.diff import batch, plan_slurm
+from quotas.policy.slurm.diff import batch, hold_back, plan_slurm
 from quotas.policy.slurm.model import SlurmAccount, SlurmQos
 from quotas.policy.slurm.parse import parse_assoc, parse_qos, parse_time, parse_tres
 from quotas.policy.slurm.render import qos_script, render_dump
@@ -110,7 +110,7 @@ def test_dump_format_puts_each_parent_before_its_children():
     )
     assert "User - 'dave':DefaultAccount='nlp':Fairshare=1" in lines
     script = qos_script(compile_slurm(*permissive()))
-    assert "sacctmgr -i add qos burst-nlp 'Description=allot: borrowed gpus, requeued on reclaim'" in script
+    assert "sacctmgr -i add qos burst-nlp 'Description=allot@lab: borrowed gpus, requeued on reclaim'" in script
     assert "'GrpTRES=gres/gpu:a100=2,gres/gpu:h100=8'" in script and "'PreemptExemptTime=00:00:30'" in script
 
 
@@ -210,7 +210,8 @@ def test_tiers_with_a_runtime_limit_become_qos_every_account_may_use():
     }
     state = compile_slurm(snapshot.__class__(**{**snapshot.__dict__, "tiers": tiers}), target)
     qos = {q.name: q for q in state.qos}
-    assert qos["tier-p2"].max_wall_min == 241 and qos["tier-p2"].description == "allot: tier p2 interactive notebooks"
+    assert qos["tier-p2"].max_wall_min == 241
+    assert qos["tier-p2"].description == "allot@lab: tier p2 interactive notebooks"
     assert qos["tier-p3"].preempt_mode == "requeue" and "tier-p3" in qos["guar-nlp"].preempt
     assert "tier-p2" not in qos["guar-nlp"].preempt and "tier-p0" not in qos
     accounts = {a.name: a for a in state.accounts}
@@ -366,6 +367,40 @@ def test_a_sites_qos_with_one_of_our_names_or_prefixes_is_never_changed_or_delet
     assert not [c for c in commands if c.name == "guar-ops"]
     [refused] = refusals
     assert (refused.kind, refused.name) == ("qos", "guar-ops") and "not created by Allot" in refused.message
+
+
+def test_another_clusters_qos_in_the_same_slurmdbd_is_never_changed_deleted_or_given_to_an_account():
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    accounts, qos, descriptions = _as_read(state)
+    theirs = SlurmQos("guar-nlp", "allot@west: guaranteed gpus", 1000, grp_tres={"gres/gpu:a100": 9})
+    unused = SlurmQos("guar-astro", "allot@west: guaranteed gpus", 1000)  # not wanted here: not ours to delete
+    legacy = SlurmQos("burst-old", "allot: borrowed gpus, requeued on reclaim", 10)  # before owners were named
+    listed = SlurmQos("burst-kept", "allot: borrowed gpus, requeued on reclaim", 10)  # another cluster lists it
+    qos = [q for q in qos if q.name != "guar-nlp"] + [theirs, unused, legacy, listed]
+    commands, refusals = plan_slurm(
+        state, accounts, state.users, qos, descriptions=descriptions, elsewhere=frozenset({"burst-kept"})
+    )
+    assert [c.name for c in commands if c.kind == "qos" and c.action == "delete"] == ["burst-old"]
+    assert not [c for c in commands if c.name == "guar-nlp"]
+    [refused] = refusals
+    assert refused.name == "guar-nlp" and "belongs to Allot's cluster west" in refused.message
+    assert "QOS prefix" in refused.message
+    fresh, _ = plan_slurm(state, [], [], qos, descriptions={}, elsewhere=frozenset())  # a cluster with no accounts yet
+    kept, held = hold_back(state, fresh, {"guar-nlp": refused.message}, "not ours")
+    assert not [c for c in kept if c.kind == "account" and c.name in ("nlp", "llm")]
+    assert "nlp" in {p.name for p in held if p.kind == "account"}  # nlp would list west's guar-nlp
+    assert "llm" in {p.name for p in held if p.kind == "account"}  # and what is under it waits with it
+
+
+def test_a_qos_prefix_names_every_qos_and_descriptions_name_their_cluster():
+    from dataclasses import replace
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, replace(target, qos_prefix="b-"))
+    assert state.qos and all(q.name.startswith("b-") for q in state.qos)
+    assert all(q.description.startswith(f"allot@{target.cluster}: ") for q in state.qos)
+    assert all(n.startswith("b-") for a in state.accounts for n in a.qos)
 
 
 def test_limits_allot_never_sets_on_its_accounts_and_qos_are_drift_and_are_cleared():

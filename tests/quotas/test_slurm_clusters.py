@@ -1,0 +1,109 @@
+"""Two Slurm clusters in one slurmdbd, one Allot database: QOS are shared by every cluster of a
+slurmdbd, so each sync must change only what belongs to the cluster it syncs. Syncing either cluster
+leaves the other's associations, users and QOS exactly as they were (the text sacctmgr prints for
+them is compared byte for byte)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotas import services
+from quotas.integrations.slurm import ASSOC_FORMAT, QOS_FORMAT
+from quotas.models import ClusterKind, SyncObject, SyncOutcome
+from quotas.policy import Resource
+from quotas.services.sync import cluster_sync
+from tests.quotas.test_slurm_sync import WRITES, _sh
+from tests.quotas.test_slurm_sync import lab as lab  # the fixture
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
+
+
+def _seen(cluster: str) -> str:
+    """Everything of ``cluster`` a sync could touch, as sacctmgr prints it: its associations, its
+    users' default accounts, and every QOS its associations list or that names it as owner."""
+    fields = f"format={','.join(ASSOC_FORMAT)}"
+    assoc = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", fields)
+    users = _sh("sacctmgr", "-n", "-P", "show", "user", "withassoc", "where", f"cluster={cluster}",
+                "format=User,DefaultAccount,Account")  # fmt: skip
+    qos = _sh("sacctmgr", "-n", "-P", "show", "qos", f"format={','.join(QOS_FORMAT)}")
+    assert assoc.returncode == users.returncode == qos.returncode == 0
+    used = {n for line in assoc.stdout.splitlines() for n in line.split("|")[5].split(",") if n}
+    mine = [
+        line for line in qos.stdout.splitlines()
+        if line.split("|")[0] in used or line.split("|")[1].startswith(f"allot@{cluster}:")
+    ]  # fmt: skip
+    return "\n".join([assoc.stdout, users.stdout, *sorted(mine)])
+
+
+@pytest.fixture
+def two(lab):
+    """``lab`` (the fixture tree) and a second Allot cluster ``other`` in the same slurmdbd, with no
+    quota yet. Afterwards the second cluster's associations and QOS are removed again."""
+    if "other" not in _sh("sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster").stdout.split():
+        assert _sh("sacctmgr", "-i", "add", "cluster", "other").returncode == 0
+    other = services.cluster_set(
+        actor=lab.admin, reason="t", name="slurm-other", kind=ClusterKind.SLURM, connection_ref="slurm:other"
+    )
+    lab.other = other
+    lab.other_flavor = services.flavor_set(
+        actor=lab.admin, reason="t", cluster=other, name="h100", accelerator_model="H100", device_memory_gb=80,
+        physical_devices=8,
+    )  # fmt: skip
+    yield lab
+    accounts = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", "cluster=other", "format=Account").stdout.split()
+    names = sorted(set(accounts) - {"root"})
+    if names:
+        _sh("sacctmgr", "-i", "delete", "account", "where", f"name={','.join(names)}", "cluster=other")
+    qos = _sh("sacctmgr", "-n", "-P", "show", "qos", "format=Name,Description").stdout.splitlines()
+    theirs = [line.split("|")[0] for line in qos if line.split("|")[1].startswith("allot@other:")]
+    if theirs:
+        _sh("sacctmgr", "-i", "delete", "qos", "where", f"name={','.join(theirs)}")
+
+
+def _give_other_quota(org):
+    def q(unit, g, b=0):
+        return services.QuotaChange(unit.pk, org.other_flavor.pk, Resource.GPU, g, b, 0)
+
+    for level in ([q(org.acme, 6, 2)], [q(org.research, 4, 2)], [q(org.nlp, 3, 1)]):
+        services.quota_set_bulk(actor=org.admin, reason="t", changes=level)
+
+
+def test_syncing_either_cluster_leaves_the_other_byte_for_byte_unchanged(two):
+    first = cluster_sync(actor=two.admin, reason="lab", cluster=two.slurm)
+    assert first.status in ("applied", "in_sync"), first.message
+    lab_before = _seen("lab")
+    assert "allot@lab: guaranteed gpus" in lab_before
+
+    empty = cluster_sync(actor=two.admin, reason="other, empty", cluster=two.other)  # only members, no quota
+    assert empty.status in ("applied", "in_sync", "partial"), empty.message
+    assert not SyncObject.objects.filter(run=empty, kind="qos", outcome=SyncOutcome.DELETED).exists()
+    assert _seen("lab") == lab_before, "an empty second cluster deleted or changed the first one's objects"
+
+    two.other = services.cluster_set(actor=two.admin, reason="t", name="slurm-other", slurm_qos_prefix="o-")
+    _give_other_quota(two)
+    second = cluster_sync(actor=two.admin, reason="other", cluster=two.other)
+    assert second.status == "applied", second.message
+    assert _seen("lab") == lab_before
+    other_after = _seen("other")
+    assert "o-guar-nlp|allot@other: guaranteed gpus" in other_after and "gres/gpu:h100=3" in other_after
+
+    again = cluster_sync(actor=two.admin, reason="other again", cluster=two.other)
+    assert not SyncObject.objects.filter(run=again, outcome__in=WRITES).exists(), "default accounts are per cluster"
+    lab_again = cluster_sync(actor=two.admin, reason="lab again", cluster=two.slurm)
+    assert not SyncObject.objects.filter(run=lab_again, outcome__in=WRITES).exists()
+    assert _seen("other") == other_after and _seen("lab") == lab_before
+
+
+def test_a_second_cluster_without_a_prefix_is_refused_with_the_fix_and_changes_nothing_of_the_first(two):
+    cluster_sync(actor=two.admin, reason="lab", cluster=two.slurm)
+    lab_before = _seen("lab")
+    _give_other_quota(two)
+    run = cluster_sync(actor=two.admin, reason="other", cluster=two.other)
+    refused = SyncObject.objects.filter(run=run, kind="qos", outcome=SyncOutcome.NOT_OURS)
+    assert {o.name for o in refused} >= {"guar-nlp", "burst-nlp", "guar-research"}
+    message = refused.get(name="guar-nlp").message
+    assert "belongs to Allot's cluster lab" in message and "QOS prefix" in message
+    assert _seen("lab") == lab_before
+    held = SyncObject.objects.filter(run=run, kind="account", outcome=SyncOutcome.INVALID)
+    assert {"nlp", "research"} <= {o.name for o in held}, "no account is given another cluster's QOS"
+    assert "guar-nlp" not in _seen("other")
