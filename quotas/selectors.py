@@ -16,6 +16,7 @@ from quotas.models import (
     AuditEvent,
     CapacityReservation,
     Cluster,
+    ClusterKind,
     NamespaceBinding,
     OrgUnit,
     Quota,
@@ -111,7 +112,7 @@ def _snapshot(units: QuerySet[OrgUnit], quotas: QuerySet[Quota], *, complete: bo
 def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
     result = {}
     for row in ResourceFlavor.objects.values(
-        "id", "physical_devices", "headroom_devices", "cpu_capacity", "memory_capacity"
+        "id", "physical_devices", "headroom_devices", "cpu_capacity", "memory_capacity", "cluster__kind"
     ):
         capacity = {}
         if row["cpu_capacity"] is not None:
@@ -119,7 +120,13 @@ def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
         if row["memory_capacity"] is not None:
             capacity[Resource.MEMORY] = row["memory_capacity"]
         key = keys[row["id"]]
-        result[key] = snap.Flavor(key, row["physical_devices"], row["headroom_devices"], MappingProxyType(capacity))
+        result[key] = snap.Flavor(
+            key,
+            row["physical_devices"],
+            row["headroom_devices"],
+            MappingProxyType(capacity),
+            lends_idle_guarantees=row["cluster__kind"] == ClusterKind.SLURM,
+        )
     return result
 
 

@@ -169,6 +169,49 @@ def billing_from_tres(tres: str) -> float:
     return cpus
 
 
+_UNIT = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2, "p": 1024.0**3}
+
+
+def parse_billing_weights(text: str) -> dict[str, float]:
+    """A partition's ``TRESBillingWeights`` (``CPU=1.0,Mem=0.25G,GRES/gpu=10.0``) → weight per unit
+    of each TRES as AllocTRES counts it (lowercase names; memory per MB: a ``G`` suffix on a weight
+    means per GB, so ``0.25G`` is 0.25/1024 per MB, as slurm.conf(5) says). Raises ValueError naming
+    the item that is not ``TRES=weight``."""
+    found: dict[str, float] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, _, weight = item.strip().partition("=")
+        suffix = weight[-1:].lower()
+        try:
+            value = float(weight[:-1]) / _UNIT[suffix] if suffix in _UNIT else float(weight)
+        except ValueError:
+            raise ValueError(f"TRESBillingWeights item {item!r} is not TRES=weight (e.g. CPU=1.0, Mem=0.25G)") from None
+        found[name.lower()] = value
+    return found
+
+
+def _amount(name: str, value: str) -> float:
+    """A TRES count as AllocTRES prints it; memory (``1000M``, ``4G``) in MB."""
+    suffix = value[-1:].lower()
+    if suffix in _UNIT and name == "mem":
+        return float(value[:-1]) * _UNIT[suffix]
+    return float(value)
+
+
+def billing_weighted(tres: str, weights: Mapping[str, float]) -> float:
+    """What slurmctld bills a job per second: the sum of its allocated TRES × their weights (the
+    default; ``PriorityFlags=MAX_TRES`` is not modelled). sacct prints ``billing=`` rounded to a whole
+    number (21 for 21.244), which is what fair-share would count wrongly without this."""
+    total = 0.0
+    for part in tres.split(","):
+        name, _, value = part.strip().partition("=")
+        weight = weights.get(name.lower())
+        if weight and value:
+            total += _amount(name.lower(), value) * weight
+    return total
+
+
 def _time(value: str, zone: tzinfo) -> datetime | None:
     if value in ("", "Unknown", "None", "N/A"):
         return None
@@ -176,11 +219,19 @@ def _time(value: str, zone: tzinfo) -> datetime | None:
 
 
 def parse_sacct(
-    lines: Iterable[str], *, zone: tzinfo, fields: tuple[str, ...] = FIELDS, cluster: str | None = None
+    lines: Iterable[str],
+    *,
+    zone: tzinfo,
+    fields: tuple[str, ...] = FIELDS,
+    cluster: str | None = None,
+    weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Iterator[SacctRun | LineProblem]:
     """Each line as a run, or as a LineProblem saying what is wrong with it. Blank lines are skipped.
     ``cluster`` names the cluster of every run (whatever sacct's Cluster column says). A field missing
-    from ``fields`` reads as empty (``JobIDRaw`` falls back to ``JobID``)."""
+    from ``fields`` reads as empty (``JobIDRaw`` falls back to ``JobID``). ``weights``: each
+    partition's TRESBillingWeights (:func:`parse_billing_weights`); a run on a partition listed there
+    is billed as slurmctld bills it (:func:`billing_weighted`), others by sacct's rounded ``billing=``."""
+    weights = weights or {}
     width = len(fields)
     index = {name: i for i, name in enumerate(fields)}
     index.setdefault("JobIDRaw", index.get("JobID", width))
@@ -217,10 +268,12 @@ def parse_sacct(
         if start and end and end < start:
             yield LineProblem(number, text[:500], f"ends ({end:%Y-%m-%dT%H:%M:%S}) before it starts: clock skew?")
             continue
-        tres = parts[tres_at]
-        seen = tres_seen.get(tres)
+        tres, partition = parts[tres_at], parts[partition_at]
+        seen = tres_seen.get(tres + "|" + partition)
         if seen is None:
-            seen = tres_seen[tres] = (gpus_from_tres(tres), billing_from_tres(tres))
+            weighted = weights.get(partition.split(",", 1)[0])
+            billed = billing_weighted(tres, weighted) if weighted else billing_from_tres(tres)
+            seen = tres_seen[tres + "|" + partition] = (gpus_from_tres(tres), billed)
         gpus, billing = seen
         job_id = parts[job_at]
         yield SacctRun(

@@ -12,6 +12,7 @@ watermark stays where it was. The ``SourceRun`` row is the record of the ingest 
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -34,10 +35,13 @@ from accounting.policy.sacct import (
     SacctRun,
     SlurmJob,
     fold_runs,
+    parse_billing_weights,
     parse_sacct,
 )
 from quotas.integrations.slurm import Sacct, SlurmError
 from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
+
+log = logging.getLogger(__name__)
 
 BATCH = 20_000
 KEEP_PROBLEMS = 100
@@ -133,9 +137,17 @@ def usage_ingest_slurm(
         source=SourceKind.SLURM, cluster=cluster, started_at=timezone.now(), window_start=start, window_end=now
     )
     zone = ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)
+    weights: dict[str, dict[str, float]] = {}
     if lines is None:
         local = "%Y-%m-%dT%H:%M:%S"
-        lines = (runner or Sacct(binary=settings.ALLOT_SLURM_SACCT)).lines(
+        runner = runner or Sacct(binary=settings.ALLOT_SLURM_SACCT)
+        read = getattr(runner, "billing_weights", None)
+        for partition, text in (read(slurm_cluster_name(cluster)) if read else {}).items():
+            try:
+                weights[partition] = parse_billing_weights(text)
+            except ValueError as exc:
+                log.warning("cluster %s partition %s: %s; billed by sacct's figure", cluster.name, partition, exc)
+        lines = runner.lines(
             slurm_cluster_name(cluster),
             start.astimezone(zone).strftime(local),
             now.astimezone(zone).strftime(local),
@@ -147,7 +159,9 @@ def usage_ingest_slurm(
             run.save()
             maps = _maps(cluster)
             tally.history = WorkloadRecord.objects.filter(cluster=cluster).exists()
-            parsed = parse_sacct(_counted(lines, tally), zone=zone, fields=FIELDS, cluster=cluster.name)
+            parsed = parse_sacct(
+                _counted(lines, tally), zone=zone, fields=FIELDS, cluster=cluster.name, weights=weights
+            )
             for batch in _read_ahead(_batches(parsed, tally)):
                 _write(run, cluster, maps, batch, tally)
             _finish(run, tally, now)

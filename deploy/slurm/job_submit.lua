@@ -6,9 +6,16 @@
 -- missing or broken, the last good one keeps serving. Jobs of root (uid 0) are not checked.
 -- Refuses, with a message saying what to do: an account Allot does not manage or has archived, a
 -- QOS the account may not use or a time limit above the QOS's, more GPUs of a type than the account
--- could ever hold (counted over every form of GPU request), and an interactive job (salloc/srun)
--- without a time limit within the interactive tier's. An untyped GPU request on an account with quota
--- for one GPU type is made that type (so it runs on, and is counted against, that type's limits).
+-- could ever hold (counted over every form of GPU request, a type without a count being one per
+-- node / task / job as Slurm reads it, and over all components of a heterogeneous job), more GPUs
+-- than the QOS the job runs under lets it hold (a job runs under one QOS and Slurm limits each QOS
+-- on its own: such a job would pend forever; the message names the largest job the account can
+-- run), GPUs in a QOS that carries none (tier QOS: GPU jobs run under the unit's own QOS), an
+-- untyped GPU request on an account with quota for several types, and an interactive job
+-- (salloc/srun) without a time limit within the interactive tier's. An untyped GPU request on an
+-- account with quota for one GPU type is made that type (so it runs on, and is counted against,
+-- that type's limits). A change to a submitted job (scontrol update: account, QOS, GPUs) is checked
+-- the same way, on the job as it would be after the change.
 
 local POLICY = os.getenv("ALLOT_SLURM_POLICY") or "/etc/slurm/allot-policy.lua"
 local RELOAD = 10
@@ -29,8 +36,11 @@ local function policy()
   return cache
 end
 
+-- The user reads the reason at submission; a refused change (scontrol update) shows only Slurm's
+-- "Unspecified error" in 22.05, so every reason also goes to slurmctld's log.
 local function refuse(fmt, ...)
   slurm.log_user("Allot: " .. fmt, ...)
+  slurm.log_info("Allot refused: " .. fmt, ...)
   return slurm.ERROR
 end
 
@@ -68,6 +78,10 @@ local function gpus(job_desc)
     if spec ~= nil and spec ~= "" then
       for item in string.gmatch(spec, "[^,]+") do
         local kind, count = string.match(item, "^gres[:/]gpu:?([%w%-_]*)[:=](%d+)$")
+        if count == nil then  -- a type without a count ("gres:gpu:a100", "gres:gpu"): one, as Slurm reads it
+          kind = string.match(item, "^gres[:/]gpu:?([%w%-_]*)$")
+          if kind ~= nil then count = "1" end
+        end
         if count ~= nil then
           found[kind] = (found[kind] or 0) + tonumber(count) * times(job_desc, field)
         end
@@ -75,6 +89,24 @@ local function gpus(job_desc)
     end
   end
   return found
+end
+
+-- The components of a heterogeneous job reach slurm_job_submit one after another in one request
+-- (het_job_offset 0, 1, ...; slurmctld holds its job lock throughout): what the earlier components
+-- of the same request asked is added to each later one's.
+local het = {uid = nil, account = nil, gpus = {}}
+
+local function with_het(job_desc, submit_uid, name, asked)
+  local offset = job_desc.het_job_offset
+  if offset == nil or offset == slurm.NO_VAL then return asked end
+  if offset == 0 or het.uid ~= submit_uid or het.account ~= name then
+    het = {uid = submit_uid, account = name, gpus = {}}
+  end
+  local total = {}
+  for kind, count in pairs(asked) do total[kind] = count end
+  for kind, count in pairs(het.gpus) do total[kind] = (total[kind] or 0) + count end
+  het.gpus = total
+  return total
 end
 
 -- The one GPU type an account has quota for, or nil (none, or several).
@@ -109,17 +141,20 @@ local function type_untyped(job_desc, kind)
   end
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  if submit_uid == 0 then return slurm.SUCCESS end
-  local p = policy()
-  if p == nil then
-    return refuse("no policy snapshot at %s yet: ask the platform team to publish it", POLICY)
+-- The largest job, per GPU type, that account can run: what its own QOS let one job hold at once.
+local function largest(account)
+  local best, where = {}, {}
+  for name, limits in pairs(account.qos_gpus or {}) do
+    for kind, limit in pairs(limits) do
+      if limit > (best[kind] or 0) then best[kind], where[kind] = limit, name end
+    end
   end
-  local name = job_desc.account or job_desc.default_account
-  if name == nil or name == "" then
-    return refuse("name an account with -A (one your team leads set up in Allot)")
-  end
-  name = string.lower(name)
+  return best, where
+end
+
+-- The checks every job passes, at submission and after a change. ``job`` reads like job_desc;
+-- ``asked`` is its GPUs per type (every component of a heterogeneous job added up).
+local function check(p, job, name, asked)
   for _, archived in ipairs(p.archived or {}) do
     if archived == name then
       return refuse("account %s belongs to an archived unit: use your current team's account", name)
@@ -129,25 +164,30 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if account == nil then
     return refuse("account %s is not managed by Allot: use your team's account (-A)", name)
   end
-  local qos = job_desc.qos
+  local qos = job.qos
   if qos ~= nil and qos ~= "" then
+    qos = string.lower(qos)
     local allowed = false
-    for _, q in ipairs(account.qos) do if q == string.lower(qos) then allowed = true end end
+    for _, q in ipairs(account.qos) do if q == qos then allowed = true end end
     if not allowed then
       return refuse("account %s may not use QOS %s; it may use: %s", name, qos, table.concat(account.qos, ", "))
     end
-    local wall = (p.qos_max_minutes or {})[string.lower(qos)]
-    local asked = given(job_desc.time_limit)
-    if wall ~= nil and asked ~= nil and asked > wall then
+    local wall = (p.qos_max_minutes or {})[qos]
+    local want = given(job.time_limit)
+    if wall ~= nil and want ~= nil and want > wall then
       return refuse("QOS %s allows jobs of at most %d minutes (%d asked): add -t %d or less, or use another QOS",
-        qos, wall, asked, wall)
+        qos, wall, want, wall)
     end
+  else
+    qos = account.default_qos
   end
-  local only = only_type(account)
-  if only ~= nil then type_untyped(job_desc, only) end
-  local most = 0
-  for _, limit in pairs(account.gpus) do if limit > most then most = limit end end
-  for kind, count in pairs(gpus(job_desc)) do
+  local most, kinds = 0, 0
+  for _, limit in pairs(account.gpus) do
+    if limit > most then most = limit end
+    if limit > 0 then kinds = kinds + 1 end
+  end
+  local best, where = largest(account)
+  for kind, count in pairs(asked) do
     local limit = most
     if kind ~= "" then limit = account.gpus[kind] or 0 end
     local what = kind ~= "" and (string.upper(kind) .. " ") or ""
@@ -159,7 +199,47 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return refuse("%d %sGPUs is more than account %s (%s) can ever hold: %d; ask for at most %d or request a larger quota",
         count, what, name, account.path, limit, limit)
     end
+    if kind == "" and kinds > 1 then
+      return refuse("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
+    end
+    for _, free in ipairs(p.qos_without_gpus or {}) do
+      if free == qos then
+        local own = {}
+        for q, _ in pairs(account.qos_gpus or {}) do own[#own + 1] = q end
+        table.sort(own)
+        return refuse("QOS %s carries no GPUs (its GPUs would count against no unit's quota): run GPU jobs under %s",
+          qos, table.concat(own, " or "))
+      end
+    end
+    local here = ((account.qos_gpus or {})[qos] or {})[kind] or 0
+    if count > here then
+      local big = best[kind] or 0
+      return refuse("%d %sGPUs can never start under QOS %s, which lets a job hold %d at once (a job runs under one " ..
+        "QOS, and Slurm limits each on its own); the largest job account %s can run is %d %sGPUs (QOS %s): ask for " ..
+        "at most that, or for a larger guarantee", count, what, qos, here, name, big, what, where[kind] or "none")
+    end
   end
+  return nil
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if submit_uid == 0 then return slurm.SUCCESS end
+  local p = policy()
+  if p == nil then
+    return refuse("no policy snapshot at %s yet: ask the platform team to publish it", POLICY)
+  end
+  local name = job_desc.account or job_desc.default_account
+  if name == nil or name == "" then
+    return refuse("name an account with -A (one your team leads set up in Allot)")
+  end
+  name = string.lower(name)
+  local account = p.accounts[name]
+  if account ~= nil then
+    local only = only_type(account)
+    if only ~= nil then type_untyped(job_desc, only) end
+  end
+  local refused = check(p, job_desc, name, with_het(job_desc, submit_uid, name, gpus(job_desc)))
+  if refused ~= nil then return refused end
   local max_minutes = p.interactive_max_minutes
   if job_desc.script == nil and max_minutes ~= nil then
     local limit = job_desc.time_limit
@@ -170,6 +250,29 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+-- What a changed job would look like: a field the change sets, else the job's own.
+local MODIFIED = {"account", "qos", "time_limit", "min_nodes", "num_tasks", "ntasks_per_node", "sockets_per_node",
+  "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if modify_uid == 0 then return slurm.SUCCESS end
+  local touched = false
+  for _, field in ipairs({"account", "qos", "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
+                          "min_nodes", "num_tasks"}) do
+    local v = job_desc[field]
+    if v ~= nil and v ~= "" and v ~= slurm.NO_VAL and v ~= slurm.NO_VAL16 then touched = true end
+  end
+  if not touched then return slurm.SUCCESS end  -- a time limit, a name, a hold: nothing Allot counts
+  local p = policy()
+  if p == nil then return refuse("no policy snapshot at %s yet: ask the platform team to publish it", POLICY) end
+  local view = {}
+  for _, field in ipairs(MODIFIED) do
+    local v = job_desc[field]
+    if v == nil or v == "" or v == slurm.NO_VAL or v == slurm.NO_VAL16 then v = job_rec[field] end
+    view[field] = v
+  end
+  local name = string.lower(view.account or "")
+  local refused = check(p, view, name, gpus(view))
+  if refused ~= nil then return refused end
   return slurm.SUCCESS
 end

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quotas.policy.slurm.model import ACCOUNT_LIMITS, QOS_LIMITS, SlurmAccount, SlurmQos, SlurmUser
@@ -132,7 +132,7 @@ class Sacctmgr:
             for name in line.split("|", 1)[1].split(",")
             if name
         )
-        users = [SlurmUser(u.name, u.account, defaults.get(u.name, ""), u.fairshare) for u in users]
+        users = [replace(u, default_account=defaults.get(u.name, "")) for u in users]
         qos = parse_qos(qos_text, QOS_FORMAT)
         descriptions = {}
         for line in account_text.splitlines():
@@ -183,6 +183,24 @@ class Sacct:
             f"--endtime={end}",
             f"--format={fields}",
         ]
+
+    def billing_weights(self, cluster: str, scontrol: str = "scontrol") -> dict[str, str]:
+        """Each partition's ``TRESBillingWeights`` as slurmctld holds them (``scontrol -M <cluster>
+        show partition -o``): what fair-share usage is billed with. Empty when scontrol is missing or
+        the controller does not answer (usage then falls back to sacct's rounded ``billing=``)."""
+        try:
+            done = subprocess.run(
+                [scontrol, "-M", cluster, "show", "partition", "-o"],
+                capture_output=True, text=True, timeout=60, check=False, env=self.env,
+            )  # fmt: skip
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            return {}
+        found = {}
+        for line in done.stdout.splitlines() if done.returncode == 0 else ():
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            if fields.get("PartitionName") and fields.get("TRESBillingWeights"):
+                found[fields["PartitionName"]] = fields["TRESBillingWeights"]
+        return found
 
     def lines(self, cluster: str, start: str, end: str, fields: str) -> Iterator[str]:
         """Output lines as sacct prints them. Raises SlurmError, with sacct's own words, when it fails."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .capacity import reclaimable
-from .contracts import check_contract, check_tier_contract
+from .contracts import check_contract, check_promises, check_tier_contract
 from .quantity import Resource, format_quantity
 from .snapshot import ZERO, OrgSnapshot, Quota, QuotaKey, Unit, UnitKind
 from .violations import Violation, ViolationCode
@@ -47,6 +47,7 @@ def validate_tree(snapshot: OrgSnapshot) -> list[Violation]:
     problems = _check_structure(snapshot)
     problems += _evaluate(_View(snapshot, {}), _failing_constraints(snapshot))
     problems += check_contracts(snapshot)
+    problems += check_promises(snapshot)
     return _sorted(problems)
 
 

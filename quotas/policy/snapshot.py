@@ -69,6 +69,9 @@ class Flavor:
     headroom_devices: int = 0
     capacity: Mapping[Resource, int] = field(default_factory=lambda: MappingProxyType({}))
     """Optional physical CPU (millicores) and memory (bytes) of the pool; unchecked when absent."""
+    lends_idle_guarantees: bool = False
+    """Any idle guaranteed device can be borrowed (Slurm: a burst QOS runs on any idle GPU), not only
+    what units declare lendable (Kueue's ``lendingLimit``)."""
 
     def physical(self, resource: Resource) -> int | None:
         if resource is Resource.GPU:

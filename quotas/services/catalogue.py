@@ -15,6 +15,7 @@ from quotas.models import (
     ResourceFlavor,
     WorkloadTier,
 )
+from quotas.policy.contracts import check_promises
 from quotas.policy.invariants import check_contracts, check_flavor_capacity
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot, roots_snapshot
@@ -153,8 +154,12 @@ def reservation_delete(*, actor: Actor, reason: str, reservation: CapacityReserv
     reservation.delete()
 
 
-def _check_contracts() -> None:
+def _check_contracts(*, promises: bool = False) -> None:
+    """Every contract feasible and consistent with the tiers; with ``promises``, every contract's
+    promise holding for its worst-case borrower (this reads the quotas too)."""
     problems = check_contracts(org_snapshot(include_quotas=False))
+    if promises and not problems:
+        problems = check_promises(org_snapshot())
     if problems:
         raise PolicyViolationError(problems)
 
@@ -165,7 +170,7 @@ def contract_set(*, actor: Actor, reason: str, name: str, **fields: Any) -> Recl
     infeasible or inconsistent with a tier."""
     reason = require_reason(reason)
     contract, created, before, after = _upsert(ReclamationContract, {"name": name}, fields)
-    _check_contracts()
+    _check_contracts(promises=True)
     _audit(actor, reason, "contract_set", contract, name, created, before, after)
     return contract
 

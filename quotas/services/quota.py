@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from django.db import transaction
 from django.utils import timezone
@@ -11,10 +12,11 @@ from django.utils import timezone
 from quotas.errors import InputError, StaleVersionError
 from quotas.models import OrgUnit, Quota
 from quotas.policy import snapshot as snap
+from quotas.policy.contracts import check_promises
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.quantity import Resource
-from quotas.policy.violations import PolicyViolationError
-from quotas.selectors import flavor_keys, neighbourhood_snapshot
+from quotas.policy.violations import PolicyViolationError, Violation
+from quotas.selectors import flavor_keys, neighbourhood_snapshot, org_snapshot
 
 from .audit import Actor, audit_event, audit_write, require_reason
 from .locks import lock_flavors, lock_units
@@ -99,10 +101,26 @@ def quota_set_bulk(*, actor: Actor, reason: str, changes: Sequence[QuotaChange])
     for change, row in plan:
         _check_version(change, row, snapshot)
         edits[(change.unit_id, keys[change.flavor_id], change.resource)] = proposed_quota(change, row)
-    violations = check_quota_edits(snapshot, edits)
+    violations = check_quota_edits(snapshot, edits) or _broken_promises(snapshot, edits)
     if violations:
         raise PolicyViolationError(violations)
     return _write(actor, reason, snapshot, keys, plan, edits)
+
+
+def _broken_promises(near: snap.OrgSnapshot, edits: dict[snap.QuotaKey, snap.Quota]) -> list[Violation]:
+    """Contract promises the edits would break (:func:`check_promises`), leaving alone those broken
+    already. Only an edit that makes a unit a borrower (burst from 0) or a lender (lendable, or on a
+    Slurm flavor a guarantee, from 0) can break one, and only then is the whole tree read."""
+    if not any(
+        key[2] is Resource.GPU
+        and any(getattr(q, f) > 0 and getattr(near.quota(*key), f) == 0 for f in ("burst", "lendable", "guarantee"))
+        for key, q in edits.items()
+    ):
+        return []
+    whole = org_snapshot()
+    before = {(v.unit, v.flavor): v.actual or 0 for v in check_promises(whole)}
+    after = check_promises(replace(whole, quotas=MappingProxyType({**whole.quotas, **edits})))
+    return [v for v in after if (v.unit, v.flavor) not in before or (v.actual or 0) > before[(v.unit, v.flavor)]]
 
 
 def _lock_edited_units(unit_ids: set[int]) -> dict[int, int | None]:

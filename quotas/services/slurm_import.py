@@ -48,7 +48,7 @@ def slurm_import(*, actor: Actor, reason: str, cluster: Cluster, plan: SlurmImpo
                 f"an organisation {top.name!r} exists already",
                 "archive it first, or import into an empty tree",
             )
-    result = SlurmImportResult(notes=list(plan.notes))
+    result = SlurmImportResult(notes=[*plan.losses, *plan.notes])
     flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
     _tiers(actor, reason, plan, result)
     created: dict[str, OrgUnit] = {}

@@ -15,6 +15,7 @@ from django.utils import timezone
 from quotas.errors import InputError, full_clean
 from quotas.models import NamespaceBinding, OrgUnit, ReclamationContract, WorkloadTier
 from quotas.policy import UnitKind
+from quotas.policy.contracts import check_promises
 from quotas.policy.invariants import check_contracts, check_move, check_placement, validate_tree
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot
@@ -174,7 +175,7 @@ def org_unit_update(
     _clean(unit)
     _save(unit)
     if "contract" in after:
-        problems = check_contracts(org_snapshot(include_quotas=False))
+        problems = check_contracts(org_snapshot(include_quotas=False)) or check_promises(org_snapshot())
         if problems:
             raise PolicyViolationError(problems)
     _set_many(unit, "leads", leads, lambda u: u.get_username(), before, after)

@@ -148,19 +148,23 @@ def test_fair_share_from_ingested_jobs_is_what_sshare_prints(lab):
         _sh("scancel", "-u", user)
     _sh("sacctmgr", "-i", "modify", "account", "where", "name=root", "cluster=lab", "set", "RawUsage=0", check=True)
     since = timezone.now().replace(microsecond=0)  # Slurm's times are whole seconds
-    # --mem=4G: billing = 1 CPU + 4 × 0.25/GB + 10 per GPU is whole (sacct prints billing rounded; the
-    # decay thread charges the exact figure)
+    # as users submit: no --mem (DefMemPerCPU gives 1000M), so slurmctld bills 1 CPU + 1000M × 0.25/GB +
+    # 10 per GPU = 21.244 for alice while sacct prints billing=21: Allot bills from AllocTRES × the
+    # partition's TRESBillingWeights, as slurmctld does (issue #24.6)
     jobs = [
-        sbatch("alice", "nlp", 2, "sleep 20", "--mem=4G"),
-        sbatch("dave", "nlp", 1, "sleep 20", "--mem=4G", "--qos=burst-nlp"),
-        sbatch("bob", "vision", 1, "sleep 30", "--mem=4G"),
+        sbatch("alice", "nlp", 2, "sleep 20"),
+        sbatch("dave", "nlp", 1, "sleep 20", "--qos=burst-nlp"),
+        sbatch("bob", "vision", 1, "sleep 30"),
     ]
     wait_until_finished(*jobs)
     assert usage_ingest_slurm(cluster=lab.slurm, now=timezone.now() + timedelta(minutes=1)).status == SourceStatus.OK
     report = slurm_fairshare(cluster=lab.slurm, since=since)
     assert report.jobs == 3
     ours = {(line.account, line.user): line for line in report.lines}
-    assert ours[("nlp", "dave")].usage == pytest.approx(ours[("nlp", "alice")].usage * 12 / 22 / 2, rel=0.1)
+    records = WorkloadRecord.objects.filter(cluster=lab.slurm, submitted_at__gte=since)
+    billed = dict(records.values_list("owner", "billing"))
+    assert billed["alice"] == pytest.approx(1 + 1000 * 0.25 / 1024 + 20, abs=1e-9)  # not sacct's 21
+    assert ours[("nlp", "dave")].usage == pytest.approx(ours[("nlp", "alice")].usage * 11.244 / 21.244 / 2, rel=0.1)
 
     # A job's usage reaches RawUsage when it ends; the normalised figures (NormUsage, EffectvUsage,
     # LevelFS, FairShare) only at slurmctld's next decay pass (PriorityCalcPeriod, a minute here): wait

@@ -14,14 +14,15 @@ def _fake(tmp_path, body):
     return str(script)
 
 
-def test_the_four_reads_are_made_at_once_and_parsed_in_their_places(tmp_path):
-    """Each read waits until all four have started (a barrier of files): made one after the other,
+def test_the_five_reads_are_made_at_once_and_parsed_in_their_places(tmp_path):
+    """Each read waits until all five have started (a barrier of files): made one after the other,
     the first would wait forever and the runner's timeout would fail the read."""
     binary = _fake(
         tmp_path,
         f"""touch {tmp_path}/started.$$
-while [ "$(ls {tmp_path} | grep -c started)" -lt 4 ]; do sleep 0.05; done
+while [ "$(ls {tmp_path} | grep -c started)" -lt 5 ]; do sleep 0.05; done
 case "$*" in
+  *"show assoc format=Cluster,QOS"*) printf "lab|guar-nlp\nother|guar-astro,burst-astro\nother|\n" ;;
   *"show assoc"*) echo "lab|nlp||research|5|guar-nlp|guar-nlp|||||||||" ;;
   *"show user"*) echo "alice|nlp" ;;
   *"show qos"*) echo "guar-nlp|allot: guaranteed gpus|1000|00:00:00||00:00:00|cluster|1.000000|gres/gpu:a100=2|||||" ;;
@@ -30,11 +31,12 @@ esac
 """,
     )
     runner = Sacctmgr(binary=binary, timeout=5)
-    accounts, users, qos, descriptions = runner.read("lab")
+    accounts, users, qos, descriptions, elsewhere = runner.read_state("lab")
     assert [(a.name, a.parent, a.fairshare) for a in accounts] == [("nlp", "research", 5)]
     assert [q.name for q in qos] == ["guar-nlp"] and qos[0].grp_tres == {"gres/gpu:a100": 2}
     assert descriptions == {"nlp": "team acme/research/nlp"} and users == []
-    assert runner.calls == 4
+    assert elsewhere == {"guar-astro", "burst-astro"}  # what the slurmdbd's other clusters list
+    assert runner.calls == 5
     for started in tmp_path.glob("started.*"):
         started.unlink()
     with pytest.raises(SlurmError, match="did not answer within"):

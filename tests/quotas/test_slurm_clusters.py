@@ -107,3 +107,55 @@ def test_a_second_cluster_without_a_prefix_is_refused_with_the_fix_and_changes_n
     held = SyncObject.objects.filter(run=run, kind="account", outcome=SyncOutcome.INVALID)
     assert {"nlp", "research"} <= {o.name for o in held}, "no account is given another cluster's QOS"
     assert "guar-nlp" not in _seen("other")
+
+
+def test_importing_a_hand_made_site_lists_what_it_cannot_carry_and_imports_only_once_accepted(two):
+    """Issue #24.7 on the real slurmdbd: accounts made by hand with their own limits, a site QOS named
+    like Allot's and a site 'tier' QOS. Nothing is imported until the operator accepts the list; then
+    the tree comes in, and the first sync writes no QOS that no account uses."""
+    from django.core.management import CommandError, call_command
+
+    from quotas.models import OrgUnit
+
+    site = [
+        ("add", "qos", "guar-astro", "Description=hand-made by the admins", "GrpTRES=gres/gpu:h100=3"),
+        ("add", "qos", "tier-debug", "Description=debug queue", "MaxWall=30"),
+        ("add", "account", "astro", "cluster=other", "Description=astronomy", "Fairshare=10",
+         "GrpTRES=gres/gpu:h100=4", "MaxJobs=20", "QOS=guar-astro,tier-debug", "DefaultQOS=guar-astro"),
+        ("add", "account", "survey", "cluster=other", "parent=astro", "Description=survey", "MaxTRES=gres/gpu:h100=2"),
+        ("add", "user", "ann", "account=survey", "cluster=other", "MaxJobs=3"),
+    ]  # fmt: skip
+    try:
+        for argv in site:
+            done = _sh("sacctmgr", "-i", *argv)
+            assert done.returncode == 0, (argv, done.stdout, done.stderr)
+        import io
+
+        out = io.StringIO()
+        with pytest.raises(CommandError, match="nothing was imported"):
+            call_command("allot_import_slurm", "--cluster", "slurm-other", stdout=out)
+        listed = out.getvalue()
+        assert "account astro: GrpTRES=gres/gpu:h100=4 is not carried over" in listed
+        assert "account astro: MaxJobs=20" in listed and "account survey: MaxTRES=gres/gpu:h100=2" in listed
+        assert "user ann in survey: MaxJobs=3" in listed
+        assert "QOS guar-astro: named like Allot's" in listed and "QOS tier-debug: named like Allot's" in listed
+        assert not OrgUnit.objects.filter(slug="astro").exists()
+
+        call_command("allot_import_slurm", "--cluster", "slurm-other", "--accept-notes", stdout=io.StringIO())
+        astro = OrgUnit.objects.get(slug="astro", archived_at__isnull=True)
+        assert OrgUnit.objects.filter(parent=astro, slug="survey").exists()
+        run = cluster_sync(actor=two.admin, reason="after import", cluster=two.other)
+        created = {o.name for o in SyncObject.objects.filter(run=run, kind="qos", outcome=SyncOutcome.CREATED)}
+        listed_qos = {
+            n
+            for line in _sh(
+                "sacctmgr", "-n", "-P", "show", "assoc", "where", "cluster=other", "format=QOS"
+            ).stdout.split()
+            for n in line.split(",")
+        }
+        assert created <= listed_qos, f"QOS no account can use: {created - listed_qos}"
+        assert "tier-debug" not in {o.name for o in SyncObject.objects.filter(run=run, outcome__in=WRITES)}
+    finally:
+        _sh("sacctmgr", "-i", "delete", "user", "where", "name=ann", "cluster=other")
+        _sh("sacctmgr", "-i", "delete", "account", "where", "name=survey,astro", "cluster=other")
+        _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-astro,tier-debug")

@@ -32,6 +32,11 @@ class Command(BaseCommand):
             "(a dump has no QOS definitions); default: read the QOS live",
         )
         parser.add_argument("--reason", default="adopted from an existing Slurm accounting tree")
+        parser.add_argument(
+            "--accept-notes",
+            action="store_true",
+            help="import although some settings cannot be carried over (each is listed first)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         cluster = Cluster.objects.filter(name=options["cluster"], kind=ClusterKind.SLURM).first()
@@ -57,6 +62,13 @@ class Command(BaseCommand):
                 accounts, users, qos, descriptions = runner.read(slurm_cluster_name(cluster.connection_ref))
                 plan = read_slurm(
                     accounts, users, qos, flavors=flavors, descriptions=descriptions, split_from=split_from
+                )
+            if plan.losses and not options["accept_notes"]:
+                for loss in plan.losses:
+                    self.stdout.write(f"would change: {loss}")
+                raise CommandError(
+                    f"{len(plan.losses)} setting(s) above cannot be carried over or would change meaning; nothing "
+                    "was imported. Read them, then run again with --accept-notes (or change the site's setup first)."
                 )
             result = slurm_import(actor=None, reason=options["reason"], cluster=cluster, plan=plan)
         except (ValueError, SlurmError, InputError) as exc:

@@ -7,6 +7,7 @@ subtree ceilings are permissive, every subtree that may hold more than its ceili
 
 from __future__ import annotations
 
+from ..contracts import check_promises
 from ..coverage import CoverageLine, How
 from ..durations import format_duration
 from ..snapshot import OrgSnapshot
@@ -15,6 +16,7 @@ from .translate import SlurmTarget, subtree_overcommit
 
 
 def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget) -> list[CoverageLine]:
+    flavors = {f.key for f in target.flavors}
     if target.strict:
         subtree = CoverageLine(
             "quota",
@@ -84,9 +86,22 @@ def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget
         )
         for o in ([] if target.strict else subtree_overcommit(snapshot, state, target))
     ]
+    broken = {(v.unit, v.flavor): v for v in check_promises(snapshot) if v.flavor in flavors}
     for name in sorted(snapshot.contracts):
         c = snapshot.contracts[name]
         subject = f"contract {name}"
+        promise = [v for v in broken.values() if v.message.split(": contract ", 1)[-1].startswith(f"{name} ")]
+        lines.append(
+            CoverageLine(
+                subject,
+                "promise vs worst-case borrower",
+                "holds" if not promise else f"broken on {len(promise)} unit(s) × flavor",
+                How.SLURM if not promise else How.NOT_ENFORCED,
+                "the owner waits as long as the borrower's protection (its min run window + grace + exit + a "
+                "scheduling pass): "
+                + ("every borrower yields within the promise" if not promise else promise[0].message),
+            )
+        )
         lines += [
             CoverageLine(
                 subject,

@@ -163,9 +163,12 @@ def plan_slurm(
         if changes:
             argv = ("modify", "account", "where", f"name={want.name}", f"cluster={cluster}", "set", *changed)
             commands.append(Command("account", want.name, "modify", argv, tuple(changes), tuple(changed)))
-    actual_users = {(u.name, u.account) for u in users}
+    actual_users = {(u.name, u.account): u for u in users}
     for user in desired.users:
-        if (user.name, user.account) not in actual_users:
+        have_user = actual_users.get((user.name, user.account))
+        if have_user is not None:
+            commands += _user_drift(user, have_user, actual_accounts, cluster)
+        if have_user is None:
             argv = (
                 "add",
                 "user",
@@ -178,6 +181,26 @@ def plan_slurm(
     commands += _default_accounts(desired, accounts, users, descriptions)
     commands += _deletions(desired, accounts, users, qos, descriptions, cluster, elsewhere)
     return commands, refusals
+
+
+def _user_drift(want: SlurmUser, have: SlurmUser, accounts: dict[str, SlurmAccount], cluster: str) -> list[Command]:
+    """A user association's own Fairshare or limits set by hand (sacctmgr modify user … set MaxJobs=…):
+    drift, reset to what Allot writes (Fairshare as compiled, no limits of its own)."""
+    account = accounts.get(want.account)
+    inherited = account.limits if account else {}
+    limits = {k: v for k, v in have.limits.items() if inherited.get(k) != v}
+    changes, changed = [], []
+    if have.fairshare != want.fairshare:
+        changes.append(FieldChange("fairshare", want.fairshare, have.fairshare))
+        changed.append(f"Fairshare={want.fairshare}")
+    if limits:
+        changes.append(FieldChange("limits", {}, limits))
+        changed += clear_limits(limits)
+    if not changes:
+        return []
+    argv = ("modify", "user", "where", f"name={want.name}", f"account={want.account}", f"cluster={cluster}", "set")
+    name = f"{want.name}@{want.account}"
+    return [Command("user", name, "modify", (*argv, *changed), tuple(changes), tuple(changed), f"assoc:{want.account}")]
 
 
 def _set_here(account: SlurmAccount, accounts: dict[str, SlurmAccount]) -> dict[str, str]:
@@ -258,6 +281,7 @@ def _qos_commands(
                 ("grptres", dict(want.grp_tres), dict(have.grp_tres)),
                 ("maxwall", want.max_wall_min, have.max_wall_min),
                 ("flags", tuple(sorted(f.lower() for f in want.flags)), tuple(sorted(f.lower() for f in have.flags))),
+                ("maxtresperjob", dict(want.max_tres), dict(have.max_tres)),
                 ("limits", dict(want.limits), dict(have.limits)),
             )
             if w != h
@@ -265,7 +289,11 @@ def _qos_commands(
         if pairs:
             differs = {c.path for c in pairs}
             changed = tuple(
-                clear_tres(want.grp_tres, have.grp_tres) if s.startswith("GrpTRES=") else s
+                clear_tres(want.grp_tres, have.grp_tres)
+                if s.startswith("GrpTRES=")
+                else clear_tres(want.max_tres, have.max_tres, "MaxTRESPerJob")
+                if s.startswith("MaxTRESPerJob=")
+                else s
                 for s in qos_settings(want)
                 if s.split("=", 1)[0].lower() in differs
             ) + (clear_limits(have.limits) if "limits" in differs else ())
@@ -374,7 +402,12 @@ def hold_back(
             problems.append(Problem("account", command.name, f"waits for its QOS, {because}"))
         elif command.kind == "user" and command.action == "add" and command.scope in unusable:
             problems.append(Problem("user", command.name, f"waits for account {command.scope}"))
-        elif command.kind == "user" and command.action == "modify" and command.changes[0].desired in unusable:
+        elif (
+            command.kind == "user"
+            and command.action == "modify"
+            and command.changes[0].path == "defaultaccount"
+            and command.changes[0].desired in unusable
+        ):
             problems.append(
                 Problem(
                     "user", command.name, f"keeps its default account: {command.changes[0].desired} waits for its QOS"
@@ -439,6 +472,18 @@ def _step(key: tuple[Any, ...], members: tuple[Command, ...], cluster: str) -> S
         argv = ("modify", "account", "where", f"name={names}", f"cluster={cluster}", "set", *settings)
         if action == "delete":
             argv = ("delete", "account", "where", f"name={names}", f"cluster={cluster}")
+    elif action == "modify" and scope.startswith("assoc:"):  # user associations of one account reset alike
+        account = scope.split(":", 1)[1]
+        argv = (
+            "modify",
+            "user",
+            "where",
+            f"name={names}",
+            f"account={account}",
+            f"cluster={cluster}",
+            "set",
+            *settings,
+        )
     elif action == "modify":  # users getting the same default account
         argv = ("modify", "user", "where", f"name={names}", f"cluster={cluster}", "set", *settings)
     else:  # user deletes of one account

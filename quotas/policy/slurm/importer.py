@@ -10,7 +10,12 @@
   read as that account's guarantee, with a note: Allot will move it into ``guar-<account>``.
 * ``gres/gpu:<type>`` maps to the cluster's flavor named ``<type>``; plain ``gres/gpu`` to the
   cluster's only flavor when it has exactly one.
-* ``tier-<name>`` QOS become tiers (``MaxWall`` → runtime limit); user associations → members.
+* ``tier-<name>`` QOS that Allot wrote become tiers (``MaxWall`` → runtime limit); user associations
+  → members.
+* What cannot be carried over is a *loss*, listed for the operator to accept before anything is
+  imported: limits on accounts and user associations (``GrpTRES``, ``MaxTRES``, ``MaxJobs``, …), the
+  site's own QOS, a site QOS named like Allot's (``guar-astro``, ``tier-debug``), a site QOS whose
+  GPU limit is read as a guarantee.
 * Names Allot cannot use as unit names (Slurm allows ``_`` and ``.``) are reported and skipped,
   with everything under them.
 
@@ -26,11 +31,15 @@ from dataclasses import dataclass, field, replace
 
 from ..snapshot import UnitKind
 from .diff import OURS
-from .model import SlurmAccount, SlurmQos, SlurmUser
+from .model import ACCOUNT_LIMITS, SlurmAccount, SlurmQos, SlurmUser
 from .parse import PARENT_SHARE
 
 _UNIT_SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_FIELD = re.compile(r"(\w+)=('(?:[^']*)'|[^:]*)")
+_FIELD = re.compile(r"([A-Z]\w*)=('(?:[^']*)'|.*?)(?=:[A-Z]\w*=|$)")
+"""``Key=value`` of a dump line: keys are capitalised, a value runs to the next ``:Key=`` (typed TRES
+hold colons: ``GrpTRES=gres/gpu:a100=4``), or is quoted."""
+_DUMP_LIMITS = {"maxtresperjob": "maxtres", "maxwalldurationperjob": "maxwall", "maxtresminsperjob": "maxtresmins"}
+"""Dump names of limits → the names ``show assoc`` uses."""
 _KINDS = (UnitKind.ORGANISATION, UnitKind.DEPARTMENT, UnitKind.TEAM, UnitKind.PROJECT)
 
 
@@ -56,6 +65,9 @@ class SlurmImport:
     tiers: dict[str, tuple[int, bool, int, str]] = field(default_factory=dict)
     """Tier name → (QOS priority, preemptible, runtime limit s, display name)."""
     notes: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
+    """Settings the import cannot carry over, or carries with another meaning: each must be accepted
+    by the operator before anything is imported (``allot_import_slurm --accept-notes``)."""
 
     def top_down(self) -> list[SlurmImportedUnit]:
         children: dict[str | None, list[SlurmImportedUnit]] = {}
@@ -86,7 +98,7 @@ def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
         head, _, rest = line.partition(":")
         kind, _, name = head.partition(" - ")
         name = name.strip().strip("'").lower()
-        values = {k.lower(): v.strip("'") for k, v in _FIELD.findall(rest)}
+        values = {_DUMP_LIMITS.get(k.lower(), k.lower()): v.strip("'") for k, v in _FIELD.findall(rest)}
         kind = kind.strip()
         if kind == "Cluster":
             cluster = name
@@ -103,10 +115,12 @@ def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
                     values.get("organization", "").lower(),
                     tuple(sorted(q for q in values.get("qos", "").lower().split(",") if q)),
                     values.get("defaultqos", "").lower(),
+                    {k: v.lower() for k, v in values.items() if k in _LIMIT_NAMES},
                 )
             )
         elif kind == "User":
-            users.append(SlurmUser(name, parent, values.get("defaultaccount", "").lower()))
+            limits = {k: v.lower() for k, v in values.items() if k in _LIMIT_NAMES}
+            users.append(SlurmUser(name, parent, values.get("defaultaccount", "").lower(), limits=limits))
         else:
             raise ValueError(f"line {number}: {kind!r} is not a dump line (Cluster, Parent, Account or User)")
     if not cluster:
@@ -130,6 +144,7 @@ def read_slurm(
     found = SlurmImport()
     by_qos = {q.name: q for q in qos}
     parents = {a.name: a.parent for a in accounts}
+    _limits_lost(found, accounts, users)
     accounts = _set_here(accounts)
     skipped: set[str] = set()
     for account in accounts:
@@ -190,17 +205,63 @@ def read_slurm(
         _unsplit_bursts(found, split_from)
     used = {name for a in accounts if a.name in found.units for name in a.qos}
     for name in sorted(used - read_as_guarantee - {"normal"}):
+        site = by_qos.get(name)
         if not name.startswith(("guar-", "burst-", "tier-")):
-            found.notes.append(
+            found.losses.append(
                 f"QOS {name}: the site's own, not imported; Allot gives each unit guar-<account> and "
                 "burst-<account> QOS (set guarantee and burst per unit) and keeps QOS it did not create"
             )
+        elif site is not None and not _allots(site):
+            found.losses.append(
+                f"QOS {name}: named like Allot's, but its description {site.description!r} is the site's: "
+                + (
+                    "its GPU limit is imported as the unit's, and the sync will not write over the site's QOS "
+                    "(the account waits for it): rename or delete the site's QOS, or give the cluster a QOS "
+                    "prefix, before the first sync"
+                    if not name.startswith("tier-")
+                    else "not imported as a tier"
+                )
+            )
     for q in qos:
-        if q.name.startswith("tier-") and q.max_wall_min:
+        if q.name.startswith("tier-") and q.max_wall_min and not _allots(q):
+            if q.name in used:
+                continue  # reported above
+            found.losses.append(f"QOS {q.name}: named like a tier but the site's own; not imported as a tier")
+        elif q.name.startswith("tier-") and q.max_wall_min:
             text = q.description.partition(": ")[2] if q.description.startswith(("allot@", "allot:")) else q.description
             label = text.removeprefix(f"tier {q.name[5:]}").strip()
             found.tiers[q.name[5:].upper()] = (q.priority, q.preempt_mode == "requeue", q.max_wall_min * 60, label)
     return found
+
+
+def _allots(qos: SlurmQos) -> bool:
+    return qos.description.startswith(("allot@", "allot:"))
+
+
+def _limits_lost(found: SlurmImport, accounts: Sequence[SlurmAccount], users: Sequence[SlurmUser]) -> None:
+    """Limits set on an account or a user association itself (``show assoc`` repeats an account's
+    Max* limits on everything under it) have no place in Allot's tree: each is a loss."""
+    by_name = {a.name: a for a in accounts}
+    for account in sorted(accounts, key=lambda a: a.name):
+        parent = by_name.get(account.parent)
+        own = {k: v for k, v in account.limits.items() if (parent.limits if parent else {}).get(k) != v}
+        for key, value in sorted(own.items()):
+            found.losses.append(
+                f"account {account.name}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over (Allot keeps "
+                "GPU limits in each unit's QOS and sets no account limit; the sync reports it as drift, and "
+                "removes it when the cluster's drift policy is 'correct'): set the unit's quota in Allot instead"
+            )
+    for user in sorted(users, key=lambda u: (u.account, u.name)):
+        account = by_name.get(user.account)
+        own = {k: v for k, v in user.limits.items() if (account.limits if account else {}).get(k) != v}
+        for key, value in sorted(own.items()):
+            found.losses.append(
+                f"user {user.name} in {user.account}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over "
+                "(Allot sets no per-user limit; the sync reports it as drift)"
+            )
+
+
+_LIMIT_NAMES = {n.lower(): n for n in ACCOUNT_LIMITS}
 
 
 def _unsplit_bursts(found: SlurmImport, physical: Mapping[str, int]) -> None:
@@ -254,7 +315,7 @@ def _limits(
                 gpus = _gpus(found, site, flavors)
                 if gpus and not unit.guarantee:
                     unit.guarantee, site_guarantee = gpus, name
-                    found.notes.append(
+                    found.losses.append(
                         f"account {account.name}: the GPU limit of the site's QOS {name} is imported as its "
                         f"guarantee; Allot will keep it in guar-{account.name}"
                     )

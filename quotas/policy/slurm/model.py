@@ -26,6 +26,9 @@ class SlurmUser:
     account: str
     default_account: str
     fairshare: int = 1
+    limits: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Limits on the user association as read (``ACCOUNT_LIMITS``; those equal to its account's are
+    the account's, shown on every association under it): Allot sets none, so any other is drift."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +45,11 @@ class SlurmQos:
     max_wall_min: int | None = None
     flags: tuple[str, ...] = ()
     """As sacctmgr spells them (``DenyOnLimit``); compared without case."""
+    max_tres: Mapping[str, int] = field(default_factory=dict)
+    """``MaxTRESPerJob``: on tier QOS ``gres/gpu=0`` (a tier QOS carries no GPUs: they would count
+    against no unit's limits)."""
     limits: Mapping[str, str] = field(default_factory=dict)
-    """Limits Allot never sets on a QOS (``QOS_LIMITS``), as read: any is drift."""
+    """Limits Allot never sets on a QOS (``QOS_LIMITS`` but ``MaxTRES``), as read: any is drift."""
 
 
 # Limits that change what jobs may run and that Allot never sets: on an Allot-owned account or QOS,

@@ -57,7 +57,7 @@ def parse_assoc(text: str, columns: Sequence[str] | None = None) -> tuple[list[S
         share = row.get("share", "1")
         fairshare = 1 if not share.isdigit() or share == PARENT_SHARE else int(share)
         if user:
-            users.append(SlurmUser(user, account, "", fairshare))
+            users.append(SlurmUser(user, account, "", fairshare, _limits(row, ACCOUNT_LIMITS)))
         elif account != "root":
             qos = tuple(sorted(q for q in row.get("qos", "").lower().split(",") if q))
             accounts.append(
@@ -96,7 +96,8 @@ def parse_qos(text: str, columns: Sequence[str] | None = None) -> list[SlurmQos]
                 grp_tres=parse_tres(row.get("grptres", "")),
                 max_wall_min=parse_time(row["maxwall"]) // 60 if row.get("maxwall") else None,
                 flags=tuple(sorted(f for f in row.get("flags", "").lower().split(",") if f)),
-                limits=_limits(row, QOS_LIMITS),
+                max_tres=parse_tres(row.get("maxtres", "")),
+                limits={k: v for k, v in _limits(row, QOS_LIMITS).items() if k != "maxtres"},
             )
         )
     return found

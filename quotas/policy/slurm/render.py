@@ -47,15 +47,16 @@ def qos_settings(qos: SlurmQos, *, adding: bool = False) -> list[str]:
         f"GrpTRES={tres(qos.grp_tres)}" if qos.grp_tres else "GrpTRES=-1",
         f"MaxWall={qos.max_wall_min}" if qos.max_wall_min else "MaxWall=-1",
         f"Flags={','.join(qos.flags)}" if qos.flags else "Flags=-1",
+        f"MaxTRESPerJob={tres(qos.max_tres)}" if qos.max_tres else "MaxTRESPerJob=-1",
     ]
     if adding:
         settings = [s for s in settings if not s.endswith(("=", "=-1"))]
     return settings
 
 
-def clear_tres(desired: Mapping[str, int], actual: Mapping[str, int]) -> str:
-    """``GrpTRES=`` for a modify: the desired values, and ``-1`` for each TRES to remove."""
-    return "GrpTRES=" + tres({**{k: -1 for k in actual if k not in desired}, **desired})
+def clear_tres(desired: Mapping[str, int], actual: Mapping[str, int], key: str = "GrpTRES") -> str:
+    """``GrpTRES=`` (or ``key``) for a modify: the desired values, and ``-1`` for each TRES to remove."""
+    return f"{key}=" + tres({**{k: -1 for k in actual if k not in desired}, **desired})
 
 
 def qos_script(state: SlurmState) -> str:

@@ -2,9 +2,12 @@
 
 job_submit.lua runs inside slurmctld holding its locks, so it must never call out: Allot publishes
 everything it needs as a Lua data file (``loadfile`` returns a table) and the same content as JSON.
-Per managed account: the QOS it may use and the most GPUs of each type it can ever hold (its
-effective ceiling); the accounts of archived units; the interactive tier's time limit; each QOS's
-time limit (a job asking for more is refused with the limit, not left pending).
+Per managed account: the QOS it may use, its default QOS, the most GPUs of each type it can ever
+hold (its effective ceiling) and what each of its own QOS lets one job hold at once (a job runs under
+one QOS, and Slurm limits each QOS on its own, so a job larger than its QOS's limit would pend
+forever); the QOS that carry no GPUs (tiers); the accounts of archived units; the interactive
+tier's time limit; each QOS's time limit (a job asking for more is refused with the limit, not left
+pending).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ def submit_policy(
     snapshot: OrgSnapshot, target: SlurmTarget, state: SlurmState, *, revision: int, archived: Iterable[str] = ()
 ) -> dict[str, Any]:
     by_name = {(target.accounts.get(uid) or unit.slug).lower(): uid for uid, unit in snapshot.units.items()}
+    qos_by_name = {q.name: q for q in state.qos}
     accounts: dict[str, Any] = {}
     for account in state.accounts:
         uid = by_name[account.name]
@@ -31,7 +35,15 @@ def submit_policy(
         accounts[account.name] = {
             "path": snapshot.units[uid].path,
             "qos": sorted(account.qos),
+            "default_qos": account.default_qos,
             "gpus": dict(sorted(gpus.items())),
+            "qos_gpus": {
+                name: {
+                    tres.partition(":")[2]: n for tres, n in sorted(qos_by_name[name].grp_tres.items()) if ":" in tres
+                }
+                for name in sorted(account.qos)
+                if name in qos_by_name and qos_by_name[name].grp_tres
+            },
         }
     limits = [t.max_runtime_s for t in snapshot.tiers.values() if t.max_runtime_s]
     return {
@@ -41,6 +53,7 @@ def submit_policy(
         "archived": sorted({a.lower() for a in archived} - set(accounts)),
         "interactive_max_minutes": min(limits) // 60 if limits else None,
         "qos_max_minutes": {q.name: q.max_wall_min for q in sorted(state.qos, key=lambda q: q.name) if q.max_wall_min},
+        "qos_without_gpus": sorted(q.name for q in state.qos if q.max_tres.get("gres/gpu") == 0),
     }
 
 

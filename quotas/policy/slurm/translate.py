@@ -21,7 +21,10 @@ Mapping (docs/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
   (permissive) every unit keeps its full burst and :func:`subtree_overcommit` says where a subtree
   may exceed its ceiling;
 * a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall`` and
-  ``Flags=DenyOnLimit`` (a job asking for more is refused at submission, not left pending forever); every
+  ``Flags=DenyOnLimit`` (a job asking for more is refused at submission, not left pending forever) and
+  ``MaxTRESPerJob=gres/gpu=0``: a job's GPUs count only against the limits of the QOS it runs under,
+  and a tier QOS is no unit's, so GPUs in it would escape every ceiling (GPU jobs run under the
+  unit's guarantee or burst QOS; job_submit.lua says so); every
   account with QOS of its own may use it (it is never the default); a preemptible tier's QOS is
   requeued like burst;
 * each account may use its own QOS (``DefaultQOS`` = its guarantee QOS);
@@ -308,6 +311,7 @@ def _tier_qos(snapshot: OrgSnapshot, target: SlurmTarget) -> list[SlurmQos]:
                 preempt_mode="requeue" if tier.preemptible else "cluster",
                 max_wall_min=-(-tier.max_runtime_s // 60),
                 flags=("DenyOnLimit",),
+                max_tres={"gres/gpu": 0},
             )
         )
     return found

@@ -167,8 +167,10 @@ def test_the_submission_snapshot_for_job_submit_lua():
     assert policy["accounts"]["llm"] == {
         "path": "acme/research/nlp/llm",
         "qos": ["burst-llm", "guar-llm"],
+        "default_qos": "guar-llm",
         "gpus": {"a100": 0, "h100": 20},
-    }  # no a100 of its own; h100: min over the path
+        "qos_gpus": {"burst-llm": {"h100": 4}, "guar-llm": {"h100": 16}},
+    }  # no a100 of its own; h100: min over the path; the largest job: 16, under guar-llm
     assert policy["interactive_max_minutes"] is None
     lua = render_lua(policy)
     assert lua.startswith("-- Allot policy snapshot") and 'return {\n  ["accounts"] = {' in lua
@@ -303,7 +305,9 @@ def test_importing_a_sites_own_dump_maps_the_tree_and_says_what_it_could_not(fix
     assert not plan.units["nlp"].ours
     notes = "\n".join(plan.notes)
     assert "sacctmgr -i modify account where name=nlp set Description='team acme/research/nlp'" in notes
-    assert "QOS burst: the site's own, not imported" in notes
+    losses = "\n".join(plan.losses)  # what the operator must accept before anything is imported
+    assert "QOS burst: the site's own, not imported" in losses
+    assert "QOS guar-nlp: named like Allot's, but its description" in losses  # the seed's, not Allot's
     two = read_slurm(accounts, users, qos, flavors=["a100", "h100"])
     assert two.units["nlp"].guarantee == {} and "a typed gres/gpu:<type> is needed" in "\n".join(two.notes)
 
@@ -401,6 +405,60 @@ def test_a_qos_prefix_names_every_qos_and_descriptions_name_their_cluster():
     assert state.qos and all(q.name.startswith("b-") for q in state.qos)
     assert all(q.description.startswith(f"allot@{target.cluster}: ") for q in state.qos)
     assert all(n.startswith("b-") for a in state.accounts for n in a.qos)
+
+
+def test_a_hand_made_site_imports_with_every_setting_it_cannot_carry_listed():
+    """Issue #24.7: a site tier QOS outside Allot's rule, account limits, a site QOS named like Allot's."""
+    from quotas.policy.slurm.importer import parse_dump, read_slurm
+
+    dump = """Cluster - 'hpc'
+Parent - 'root'
+Account - 'astro':Description='astronomy':Organization='uni':Fairshare=10:GrpTRES=gres/gpu:a100=4:MaxJobs=20:QOS='guar-astro,tier-debug'
+Parent - 'astro'
+Account - 'survey':Description='survey':Organization='uni':Fairshare=5:MaxTRESPerJob=gres/gpu:a100=2:MaxJobs=20
+Parent - 'survey'
+User - 'ann':DefaultAccount='survey':MaxJobs=3
+"""
+    cluster, accounts, users = parse_dump(dump)
+    qos = [
+        SlurmQos("guar-astro", "hand-made by the admins", 500, grp_tres={"gres/gpu:a100": 3}),
+        SlurmQos("tier-debug", "debug queue", 100, max_wall_min=30),
+    ]
+    plan = read_slurm(accounts, users, qos, flavors=["a100"])  # nothing aborts
+    assert cluster == "hpc" and set(plan.units) == {"astro", "survey"} and plan.tiers == {}
+    losses = "\n".join(plan.losses)
+    assert "account astro: GrpTRES=gres/gpu:a100=4 is not carried over" in losses
+    assert "account astro: MaxJobs=20" in losses
+    assert "account survey: MaxTRES=gres/gpu:a100=2" in losses
+    assert "account survey: MaxJobs" not in losses  # astro's, repeated on its child
+    assert "user ann in survey: MaxJobs=3" in losses
+    assert "QOS guar-astro: named like Allot's, but its description 'hand-made by the admins'" in losses
+    assert "QOS tier-debug: named like Allot's" in losses and "not imported as a tier" in losses
+    assert plan.units["astro"].weight == 10 and plan.units["survey"].members == ["ann"]
+    assert plan.units["astro"].guarantee == {"a100": 3}
+
+
+def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset():
+    from dataclasses import replace
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    first = next(u for u in state.users if u.name == "alice")
+    accounts, qos, descriptions = _as_read(state, **{first.account: {"limits": {"maxwall": "1-00:00:00"}}})
+    users = [
+        replace(u, fairshare=7, limits={"maxjobs": "2", "maxwall": "1-00:00:00"}) if u == first else u
+        for u in state.users
+    ]
+    commands, _ = plan_slurm(state, accounts, users, qos, descriptions=descriptions)
+    [drift] = [c for c in commands if c.kind == "user" and c.action == "modify" and c.name.startswith("alice@")]
+    assert {c.path for c in drift.changes} == {"fairshare", "limits"}
+    limits = next(c for c in drift.changes if c.path == "limits")
+    assert limits.actual == {"maxjobs": "2"}  # MaxWall is the account's, shown on the user too
+    assert drift.argv[:6] == ("modify", "user", "where", "name=alice", f"account={drift.name.split('@')[1]}",
+                              f"cluster={state.cluster}")  # fmt: skip
+    assert set(drift.argv[7:]) == {"Fairshare=1", "MaxJobs=-1"}
+    [step] = batch([drift], state.cluster)
+    assert step.argv == drift.argv
 
 
 def test_limits_allot_never_sets_on_its_accounts_and_qos_are_drift_and_are_cleared():

@@ -1,0 +1,137 @@
+"""A unit's running GPUs never exceed its ceiling on Slurm, whatever QOS or request form a job uses,
+and a job that could never start is refused at submission with the largest job the unit can run.
+Real submissions and real running jobs on the local stack (job_submit.lua installed).
+
+The fixture tree on cluster ``lab`` (8 A100; the node also has 8 H100, for which no flavor exists):
+vision guarantees 1 and borrows 1 (ceiling 2: QOS guar-vision 1, burst-vision 1); nlp's own QOS
+hold 2 guaranteed and 1 borrowed (its children have their own)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from quotas import services
+from quotas.services.slurm_policy import slurm_policy_publish
+from quotas.services.sync import cluster_sync
+from tests.quotas.test_slurm_sync import _sh, _state, _wait
+from tests.quotas.test_slurm_sync import lab as lab
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
+SBATCH = ("sbatch", "-H", "-t", "5", "--chdir=/tmp", "-o", "/dev/null")
+
+
+@pytest.fixture
+def enforced(lab):
+    services.tier_set(
+        actor=lab.admin, reason="t", name="P2", display_name="Interactive", priority=1000, max_runtime=4 * 3600
+    )
+    run = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    assert run.status in ("applied", "in_sync"), run.message
+    policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    assert policy["accounts"]["vision"]["qos_gpus"] == {"burst-vision": {"a100": 1}, "guar-vision": {"a100": 1}}
+    assert policy["qos_without_gpus"] == ["tier-p2"]
+    assert _sh("bash", "deploy/slurm/install-job-submit.sh").returncode == 0
+    jobs: list[str] = []
+    lab.jobs = jobs
+    time.sleep(2)
+    yield lab
+    for job in jobs:
+        _sh("scancel", job)
+    for job in jobs:
+        _wait(job, {""}, seconds=60)
+
+
+def _submit(user, account, *extra, wrap="true", keep=None):
+    done = _sh(*SBATCH, "-A", account, *extra, "--wrap", wrap, user=user)
+    if done.returncode == 0 and keep is not None:
+        keep.append(done.stdout.split()[-1])
+    return done
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--gres=gpu:h100",), "account vision (acme/research/vision) has no H100 GPU quota"),
+        (("--gpus-per-node=h100",), "has no H100 GPU quota"),
+        (("-n", "8", "--gpus-per-task=a100"), "8 A100 GPUs is more than account vision"),
+        (("--gpus=a100",), None),  # one A100, within guar-vision: accepted
+    ],
+)
+def test_a_gpu_type_without_a_count_is_counted(enforced, extra, said):
+    done = _submit("bob", "vision", *extra, keep=enforced.jobs)
+    if said is None:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+
+
+def test_a_job_no_single_qos_can_hold_is_refused_with_the_largest_job_the_account_can_run(enforced):
+    done = _submit("alice", "nlp", "--gres=gpu:a100:3")  # within nlp's ceiling, above each of its QOS
+    assert done.returncode != 0
+    assert "3 A100 GPUs can never start under QOS guar-nlp, which lets a job hold 2 at once" in done.stderr
+    assert "the largest job account nlp can run is 2 A100 GPUs (QOS guar-nlp)" in done.stderr
+    burst = _submit("alice", "nlp", "--qos=burst-nlp", "--gres=gpu:a100:2")
+    assert burst.returncode != 0 and "under QOS burst-nlp, which lets a job hold 1 at once" in burst.stderr
+    assert _submit("alice", "nlp", "--gres=gpu:a100:2", keep=enforced.jobs).returncode == 0
+
+
+def test_a_tier_qos_carries_no_gpus_at_submission_nor_when_slurm_itself_checks(enforced):
+    done = _submit("bob", "vision", "--qos=tier-p2", "--gres=gpu:a100:1")
+    assert done.returncode != 0
+    assert "QOS tier-p2 carries no GPUs" in done.stderr and "burst-vision or guar-vision" in done.stderr
+    assert _submit("bob", "vision", "--qos=tier-p2", keep=enforced.jobs).returncode == 0  # CPU work is fine
+    # past job_submit.lua (root is not checked): Slurm's own limit on the tier QOS holds the line
+    held = _submit("bob", "vision", "--gres=gpu:a100:1", keep=enforced.jobs)
+    assert held.returncode == 0, held.stderr
+    job = held.stdout.split()[-1]
+    _sh("scontrol", "update", f"jobid={job}", "qos=tier-p2")
+    _sh("scontrol", "release", job)
+    time.sleep(12)  # a scheduling pass
+    shown = _sh("scontrol", "show", "job", job).stdout
+    assert not ("QOS=tier-p2" in shown and "JobState=RUNNING" in shown), shown
+
+
+def test_a_change_after_submission_is_checked_like_a_submission(enforced):
+    held = _submit("bob", "vision", "--gres=gpu:a100:1", keep=enforced.jobs)
+    job = held.stdout.split()[-1]
+    more = _sh("scontrol", "update", f"jobid={job}", "Gres=gpu:a100:8", user="bob")
+    assert more.returncode != 0, more.stdout
+    assert "gpu:a100:1" in _sh("scontrol", "show", "job", job).stdout  # unchanged
+    tier = _sh("scontrol", "update", f"jobid={job}", "qos=tier-p2", user="bob")
+    assert tier.returncode != 0
+    fine = _sh("scontrol", "update", f"jobid={job}", "TimeLimit=4", user="bob")
+    assert fine.returncode == 0, fine.stderr  # what Allot does not count is not in its way
+
+
+def test_a_heterogeneous_job_is_counted_as_a_whole(enforced):
+    two = _sh(*SBATCH, "-A", "vision", "--gres=gpu:a100:1", "--wrap", "true", ":", "--gres=gpu:a100:1",
+              "--wrap", "true", user="bob")  # fmt: skip
+    assert two.returncode != 0 and "2 A100 GPUs can never start under QOS guar-vision" in two.stderr, two.stderr
+    fits = _sh(*SBATCH, "-A", "nlp", "--gres=gpu:a100:1", "--wrap", "true", ":", "--gres=gpu:a100:1",
+               "--wrap", "true", user="alice")  # fmt: skip
+    assert fits.returncode == 0, fits.stderr
+    enforced.jobs.append(fits.stdout.split()[-1])
+
+
+def test_running_jobs_never_exceed_the_ceiling_whatever_qos_they_use(enforced):
+    """Real concurrent jobs on vision (ceiling 2): its guarantee and burst QOS run, a third GPU job
+    waits, a tier QOS takes no GPUs; at no scheduling pass does vision run more than 2 GPUs."""
+    for qos in ("guar-vision", "burst-vision", "guar-vision"):
+        done = _submit("bob", "vision", f"--qos={qos}", "--gres=gpu:a100:1", wrap="sleep 120", keep=enforced.jobs)
+        assert done.returncode == 0, done.stderr
+    assert _submit("bob", "vision", "--qos=tier-p2", "--gres=gpu:a100:1").returncode != 0
+    for job in enforced.jobs:
+        _sh("scontrol", "release", job)
+    assert _wait(enforced.jobs[0], {"RUNNING"}, seconds=60) and _wait(enforced.jobs[1], {"RUNNING"}, seconds=60)
+    most = 0
+    for _ in range(3):  # three scheduling passes (sched_interval=10)
+        time.sleep(10)
+        lines = _sh("squeue", "-h", "-A", "vision", "-t", "RUNNING", "-o", "%b").stdout.split()
+        most = max(most, sum(int(line.rsplit(":", 1)[-1]) for line in lines if line.startswith("gres:gpu")))
+    assert most == 2, most
+    assert _state(enforced.jobs[2]) == "PENDING"
+    reason = _sh("squeue", "-h", "-j", enforced.jobs[2], "-o", "%r").stdout.strip()
+    assert reason.startswith("QOSGrp"), reason
