@@ -252,8 +252,8 @@ def _limits_lost(found: SlurmImport, accounts: Sequence[SlurmAccount], users: Se
                 "removes it when the cluster's drift policy is 'correct'): set the unit's quota in Allot instead"
             )
     for user in sorted(users, key=lambda u: (u.account, u.name)):
-        account = by_name.get(user.account)
-        own = {k: v for k, v in user.limits.items() if (account.limits if account else {}).get(k) != v}
+        holder = by_name.get(user.account)
+        own = {k: v for k, v in user.limits.items() if (holder.limits if holder else {}).get(k) != v}
         for key, value in sorted(own.items()):
             found.losses.append(
                 f"user {user.name} in {user.account}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over "

@@ -411,9 +411,13 @@ def test_a_hand_made_site_imports_with_every_setting_it_cannot_carry_listed():
     """Issue #24.7: a site tier QOS outside Allot's rule, account limits, a site QOS named like Allot's."""
     from quotas.policy.slurm.importer import parse_dump, read_slurm
 
-    dump = """Cluster - 'hpc'
+    astro = (
+        "Account - 'astro':Description='astronomy':Organization='uni':Fairshare=10:GrpTRES=gres/gpu:a100=4:"
+        "MaxJobs=20:QOS='guar-astro,tier-debug'"
+    )
+    dump = f"""Cluster - 'hpc'
 Parent - 'root'
-Account - 'astro':Description='astronomy':Organization='uni':Fairshare=10:GrpTRES=gres/gpu:a100=4:MaxJobs=20:QOS='guar-astro,tier-debug'
+{astro}
 Parent - 'astro'
 Account - 'survey':Description='survey':Organization='uni':Fairshare=5:MaxTRESPerJob=gres/gpu:a100=2:MaxJobs=20
 Parent - 'survey'
