@@ -133,6 +133,15 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _name(request: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The object's name; a controller's pods arrive with only ``generateName`` on CREATE (the API
+    server picks the suffix after admission): ``train-abcde-`` is logged as ``train-abcde-*``."""
+    name = meta.get("name") or request.get("name") or ""
+    if not name and meta.get("generateName"):
+        return f"{meta['generateName']}*"
+    return str(name)
+
+
 def decision_row(
     *, webhook: str, request: dict[str, Any], allowed: bool, reason: str, message: str, unit: str, latency_ms: float
 ) -> AdmissionDecision:
@@ -146,7 +155,7 @@ def decision_row(
         uid=str(request.get("uid", ""))[:64],
         namespace=str(request.get("namespace") or "")[:63],
         kind=str(_dict(request.get("kind")).get("kind", ""))[:64],
-        name=str(meta.get("name") or "")[:253],
+        name=_name(request, meta)[:253],
         operation=str(request.get("operation") or "")[:16],
         allowed=allowed,
         reason=reason,

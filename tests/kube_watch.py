@@ -3,10 +3,10 @@ source. Each request must match the next step (method, path, query parameters); 
 sent as the API server sends it:
 
 * ``{"status": 200, "body": {...}}`` — a list (or any JSON answer);
-* ``{"events": [...], "end": "close" | "drop"}`` — a watch: a chunked 200 response with one JSON
-  event per line (``{"type": "MODIFIED", "object": {...}}``), then either the final chunk (the server
-  ended the watch: its ``timeoutSeconds`` passed) or a connection closed mid-stream (a watch that
-  drops: load balancer, API server restart);
+* ``{"events": [...], "end": "close" | "drop" | "hold"}`` — a watch: a chunked 200 response with one
+  JSON event per line (``{"type": "MODIFIED", "object": {...}}``), then either the final chunk (the
+  server ended the watch: its ``timeoutSeconds`` passed), a connection closed mid-stream (a watch that
+  drops: load balancer, API server restart), or nothing more until ``release`` is set (a quiet watch);
 * a 410 is the event ``{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason":
   "Expired", ...}}`` inside a 200 watch response, which is how the API server says a resourceVersion
   is too old (kubernetes.io/docs/reference/using-api/api-concepts, "Efficient detection of changes").
@@ -68,6 +68,8 @@ class WatchScriptServer:
     def __init__(self, steps: list[dict[str, Any]]) -> None:
         self.steps = list(steps)
         self.served = 0
+        self.release = threading.Event()
+        """Ends a watch step whose ``end`` is ``hold`` (a watch with no further event)."""
         self.mismatches: list[str] = []
         server = self
 
@@ -107,7 +109,9 @@ class WatchScriptServer:
                     line = json.dumps(event).encode() + b"\n"
                     self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                     self.wfile.flush()
-                if step["end"] == "close":
+                if step["end"] == "hold":  # a quiet watch: nothing more until the test releases it
+                    server.release.wait(60)
+                if step["end"] in ("close", "hold"):
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 else:  # drop: half a chunk, then the connection goes
@@ -124,5 +128,6 @@ class WatchScriptServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()

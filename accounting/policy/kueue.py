@@ -244,7 +244,7 @@ def observe(
         cluster_queue=str(admission.get("clusterQueue") or track.cluster_queue),
         owner=str(labels.get(LABEL_OWNER) or track.owner),
         project=str(labels.get(LABEL_PROJECT) or track.project),
-        tier=str(labels.get(LABEL_TIER) or spec.get("priorityClassName") or track.tier),
+        tier=str(labels.get(LABEL_TIER) or _priority_class(spec) or track.tier),
         flavor=flavor,
         devices=devices,
         resources=resources,
@@ -258,6 +258,23 @@ def observe(
         and not deleted,
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _priority_class(spec: Mapping[str, Any]) -> str:
+    """The Workload's priority class: v1beta2's ``spec.priorityClassRef.name`` (a
+    WorkloadPriorityClass), v1beta1's ``spec.priorityClassName``; the service maps it to its tier."""
+    ref = spec.get("priorityClassRef")
+    if isinstance(ref, Mapping) and ref.get("name"):
+        return str(ref["name"])
+    return str(spec.get("priorityClassName") or "")
+
+
+def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Workload's controller ownerReference (the job Kueue made it for), if it has one."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("name") and ref.get("apiVersion"):
+            return ref
+    return None
 
 
 def _reconstructed(

@@ -23,9 +23,11 @@ included, went beyond its guarantee at the run's start.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,10 +37,22 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounting.models import Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
-from accounting.policy.kueue import Run, WorkloadError, WorkloadTrack, observe, track_from_json, track_to_json
+from accounting.policy.kueue import (
+    LABEL_OWNER,
+    LABEL_PROJECT,
+    LABEL_TIER,
+    Run,
+    WorkloadError,
+    WorkloadTrack,
+    controller_of,
+    observe,
+    track_from_json,
+    track_to_json,
+)
 from accounting.policy.sacct import EndState
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
-from quotas.models import Cluster, ClusterKind, NamespaceBinding, Quota, ResourceFlavor
+from quotas.models import Cluster, ClusterKind, NamespaceBinding, Quota, ResourceFlavor, WorkloadTier
+from quotas.policy.kueue.translate import priority_class_name
 
 KEEP_PROBLEMS = 100
 GPU = "nvidia.com/gpu"
@@ -112,14 +126,16 @@ def usage_resync_kueue(*, cluster: Cluster, client: KueueClient | None = None) -
     SourceRun; an unreachable cluster is recorded on it (status failed, earlier data untouched)."""
     run = _start(cluster, "list")
     tally = _Tally()
+    client = client or kueue_client(cluster)
     try:
-        items, version = (client or kueue_client(cluster)).list_workloads()
+        items, version = client.list_workloads()
     except (ClusterCallError, ValueError) as exc:
         return _close(run, tally, cursor="", error=f"list Workloads: {exc}", failed=True)
     now = timezone.now()
+    tally.add("listed", len(items))
     with transaction.atomic():
         seen = {str((item.get("metadata") or {}).get("uid") or "") for item in items}
-        _fold(cluster, run, [("ADDED", item) for item in items], tally, now)
+        _fold(cluster, run, [("ADDED", item) for item in items], tally, now, client=client)
         gone = (
             WorkloadRecord.objects.filter(cluster=cluster, track__isnull=False)
             .exclude(scheduler_id__in=seen)
@@ -152,7 +168,10 @@ def usage_watch_kueue(
         if not cursor:
             listed = usage_resync_kueue(cluster=cluster, client=client)
             runs.append(listed)
-            progress(f"listed {listed.counts.get('workloads', 0)} Workloads: {listed.status} {listed.message}")
+            progress(
+                f"listed {listed.counts.get('listed', 0)} Workloads ({listed.counts.get('workloads', 0)} changed): "
+                f"{listed.status} {listed.message}"
+            )
             if listed.status == SourceStatus.FAILED:
                 return runs
             cursor = listed.cursor
@@ -162,52 +181,99 @@ def usage_watch_kueue(
         pending: list[tuple[str, dict[str, Any]]] = []
         flushed = time.monotonic()
         reached, error = cursor, ""
-        try:
-            for kind, obj in client.watch_workloads(cursor, timeout_seconds=timeout_seconds):
+        events = _reader(client, cursor, timeout_seconds)
+        while True:
+            # wake at least every second: a stop (SIGTERM) is seen within one, and what was read is
+            # flushed within flush_seconds even when no further event comes
+            try:
+                item = events.get(timeout=min(1.0, flush_seconds))
+            except queue.Empty:
+                item = None
+            if item is _END:
+                break
+            if isinstance(item, ClusterCallError):
+                error = f"watch from resourceVersion {cursor}: {item}"
+                if item.status == 410:
+                    tally.add("expired")
+                break
+            if isinstance(item, tuple):
+                kind, obj = item
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                if kind == "BOOKMARK":
-                    reached = version or reached
-                    continue
-                pending.append((kind, obj))
                 reached = version or reached
-                if time.monotonic() - flushed >= flush_seconds:
-                    _flush(cluster, run, pending, tally, reached)
-                    pending, flushed = [], time.monotonic()
-                if stop():
-                    break
-        except ClusterCallError as exc:
-            error = f"watch from resourceVersion {cursor}: {exc}"
-            if exc.status == 410:
-                tally.add("expired")
-        _flush(cluster, run, pending, tally, reached)
+                if kind != "BOOKMARK":
+                    pending.append((kind, obj))
+            if pending and time.monotonic() - flushed >= flush_seconds:
+                _flush(cluster, run, pending, tally, reached, client=client)
+                pending, flushed = [], time.monotonic()
+            if stop():
+                break
+        _flush(cluster, run, pending, tally, reached, client=client)
         expired = bool(error and tally.counts.get("expired"))
         failed = bool(error) and not expired and not tally.counts["events"]
         runs.append(_close(run, tally, cursor="" if expired else reached, error=error, failed=failed))
         progress(f"watch ended after {tally.counts['events']} events at resourceVersion {reached}: {error or 'ok'}")
         cursor = "" if expired else reached
         if error and not expired:
-            time.sleep(min(30.0, flush_seconds))  # dropped or unreachable: a short pause, then again
+            pause = time.monotonic() + min(30.0, flush_seconds)  # dropped or unreachable: a short pause, then again
+            while time.monotonic() < pause and not stop():
+                time.sleep(0.2)
     return runs
 
 
+_END = object()
+
+
+def _reader(client: KueueClient, cursor: str, timeout_seconds: int) -> queue.Queue[Any]:
+    """The watch read on a daemon thread into a queue (events, then the error or ``_END``), so the
+    loop above can flush on a timer and stop at once: a read blocked on a quiet watch never holds it."""
+    out: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for event in client.watch_workloads(cursor, timeout_seconds=timeout_seconds):
+                out.put(event)
+        except ClusterCallError as exc:
+            out.put(exc)
+        except Exception as exc:
+            out.put(ClusterCallError(0, "Failed", f"the watch failed: {exc}"))
+        out.put(_END)
+
+    threading.Thread(target=read, name="allot-kueue-watch", daemon=True).start()
+    return out
+
+
 def _flush(
-    cluster: Cluster, run: SourceRun, events: list[tuple[str, dict[str, Any]]], tally: _Tally, cursor: str
+    cluster: Cluster,
+    run: SourceRun,
+    events: list[tuple[str, dict[str, Any]]],
+    tally: _Tally,
+    cursor: str,
+    *,
+    client: KueueClient | None = None,
 ) -> None:
     """Fold a batch of events and move the run's cursor with them, in one transaction: a crash
     after it resumes from here, before it re-reads the batch (folding an event twice changes nothing)."""
     with transaction.atomic():
         if events:
-            _fold(cluster, run, events, tally, timezone.now())
+            _fold(cluster, run, events, tally, timezone.now(), client=client)
         SourceRun.objects.filter(pk=run.pk).update(
             cursor=cursor, counts={**tally.counts}, watermark=timezone.now(), status=SourceStatus.RUNNING
         )
 
 
 def _fold(
-    cluster: Cluster, run: SourceRun, events: Iterable[tuple[str, dict[str, Any]]], tally: _Tally, now: datetime
+    cluster: Cluster,
+    run: SourceRun,
+    events: Iterable[tuple[str, dict[str, Any]]],
+    tally: _Tally,
+    now: datetime,
+    *,
+    client: KueueClient | None = None,
 ) -> None:
     """Fold events into the records of their Workloads: read the batch's records once, fold every
-    event in order, write each changed record once."""
+    event in order, write each changed record once. A Workload without owner, project or tier
+    (Kueue copies a job's labels only with ``integrations.labelKeysToCopy``) takes them from the job
+    its controller ownerReference names, read once per job."""
     events = list(events)
     uids = {str((obj.get("metadata") or {}).get("uid") or "") for _, obj in events}
     records = {r.scheduler_id: r for r in WorkloadRecord.objects.filter(cluster=cluster, scheduler_id__in=uids)}
@@ -216,6 +282,7 @@ def _fold(
     }
     changed: set[str] = set()
     table = settings.ALLOT_ACCELERATORS
+    owners: dict[tuple[str, str, str], dict[str, str] | None] = {}
     for kind, obj in events:
         tally.add("events")
         meta = obj.get("metadata") or {}
@@ -227,6 +294,7 @@ def _fold(
         except WorkloadError as exc:
             tally.problem(where, str(exc))
             continue
+        track = _from_owner(track, obj, client, owners, tally)
         if tracks.get(uid) != track:
             tracks[uid] = track
             changed.add(uid)
@@ -235,10 +303,39 @@ def _fold(
     maps = _Maps(
         dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id")),
         {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)},
+        {priority_class_name(name): name for name in WorkloadTier.objects.values_list("name", flat=True)},
     )  # once per batch, not per Workload
     for uid in sorted(changed):
         _write(cluster, run, records.get(uid), tracks[uid], tally, maps)
     tally.add("workloads", len(changed))
+
+
+def _from_owner(
+    track: WorkloadTrack,
+    obj: dict[str, Any],
+    client: KueueClient | None,
+    owners: dict[tuple[str, str, str], dict[str, str] | None],
+    tally: _Tally,
+) -> WorkloadTrack:
+    ref = controller_of(obj)
+    labelled_tier = bool(track.tier) and not track.tier.startswith("allot-")  # not just a priority class's name
+    if client is None or ref is None or (track.owner and track.project and labelled_tier):
+        return track
+    key = (track.namespace, str(ref.get("kind")), str(ref.get("name")))
+    if key not in owners:
+        try:
+            owners[key] = client.owner_labels(track.namespace, ref)
+        except ClusterCallError as exc:
+            tally.problem(f"{key[1]} {track.namespace}/{key[2]}", f"its labels could not be read: {exc}")
+            owners[key] = None
+        tally.add("owner_lookups")
+    labels = owners[key] or {}
+    return replace(
+        track,
+        owner=track.owner or labels.get(LABEL_OWNER, ""),
+        project=track.project or labels.get(LABEL_PROJECT, ""),
+        tier=labels.get(LABEL_TIER) or track.tier,
+    )
 
 
 @dataclass(frozen=True)
@@ -246,6 +343,8 @@ class _Maps:
     units: dict[str, int]
     """Namespace → the unit it is bound to."""
     flavors: dict[str, ResourceFlavor]
+    tiers: dict[str, str] = field(default_factory=dict)
+    """WorkloadPriorityClass name (``allot-p1``) → tier name (``P1``)."""
 
 
 def _write(
@@ -263,7 +362,8 @@ def _write(
     record.job_id = f"{track.namespace}/{track.name}"[:64]
     record.unit_id = unit_id
     record.account = track.namespace
-    record.owner, record.project, record.tier = track.owner, track.project, track.tier
+    record.owner, record.project = track.owner, track.project
+    record.tier = maps.tiers.get(track.tier, track.tier)  # a WorkloadPriorityClass name → its tier
     record.flavor, record.flavor_name = flavor, track.flavor
     record.devices = track.devices
     record.resources = {**track.resources, "queue": track.queue, "clusterQueue": track.cluster_queue}
@@ -279,11 +379,16 @@ def _write(
     for part in track.runs:
         if not part.devices:
             continue
+        # each admission period on the flavor it was admitted on (a Workload preempted on one flavor
+        # may come back on another), its borrowed part against that flavor's guarantee
+        on = maps.flavors.get(part.flavor) if part.flavor else flavor
+        if part.flavor and on is None:
+            tally.add("unresolved_flavor")
         borrowed = before.get(part.start)
         if borrowed is None:
-            borrowed = _borrowed(unit_id, flavor, part.start, part.devices, exclude=record.pk)
-        allocations.append((part, borrowed))
-    record.borrowed = allocations[0][1] if allocations else 0
+            borrowed = _borrowed(unit_id, on, part.start, part.devices, exclude=record.pk)
+        allocations.append((part, on, borrowed))
+    record.borrowed = allocations[0][2] if allocations else 0
     evicted = {e.reason for e in track.evictions} | {"readmitted"}
     record.save()
     Allocation.objects.filter(record=record).delete()
@@ -292,7 +397,7 @@ def _write(
             Allocation(
                 record=record,
                 unit_id=unit_id,
-                flavor=flavor,
+                flavor=on,
                 devices=part.devices,
                 borrowed=borrowed,
                 start=part.start,
@@ -301,7 +406,7 @@ def _write(
                 raw_state=_raw_state(part, evicted),
                 submitted_at=track.created,
             )
-            for part, borrowed in allocations
+            for part, on, borrowed in allocations
         ]
     )
     tally.add("allocations", len(allocations))

@@ -24,9 +24,14 @@ from .model import (
     NamespaceRule,
     TierRule,
 )
-from .workload import PodSet, selected_labels
+from .workload import PodSet, describe_requirements, node_requirements
 
 WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"
+KUBERNETES_DEFAULT_GRACE_S = 30
+"""The API server defaults ``terminationGracePeriodSeconds`` to 30 in every pod spec before mutating
+admission, so 30 reads as "not chosen": the mutating webhook replaces it with the contract's grace on
+opportunistic tiers, and it is never refused as above the contract. A grace the user chose above the
+contract's is refused; below it, allowed (the pod exits sooner than it may)."""
 
 
 class Reason(StrEnum):
@@ -167,30 +172,28 @@ Check = Callable[[Review], list[Decision]]
 
 def labels(r: Review) -> list[Decision]:
     rule, lab = r.rule, r.labels
-    missing = [k for k in (LABEL_OWNER, LABEL_PROJECT) if not lab.get(k)]
-    if not r.tier_name():
-        missing.append(LABEL_TIER)
+    missing = [k for k in (LABEL_OWNER, LABEL_PROJECT, LABEL_TIER) if not lab.get(k)]  # a Workload's too
     if rule.contract and not lab.get(LABEL_CONTRACT):
         missing.append(LABEL_CONTRACT)
-    if missing:
-        return [
+    found = []
+    if missing:  # reported with every other label problem, so an UPDATE is judged violation by violation
+        found.append(
             r.deny(
                 Reason.MISSING_LABEL,
                 f"label {', '.join(missing)} missing: every workload in {rule.namespace} "
                 f"says who owns it, its project, tier and contract "
                 f"(e.g. {LABEL_TIER}={rule.default_tier or 'P3'}, {LABEL_CONTRACT}={rule.contract or 'none'})",
             )
-        ]
-    found = []
-    owner, project, tier = lab[LABEL_OWNER], lab[LABEL_PROJECT], r.tier_name()
-    if rule.owners and owner not in rule.owners:
+        )
+    owner, project, tier = lab.get(LABEL_OWNER), lab.get(LABEL_PROJECT), r.tier_name()
+    if owner and rule.owners and owner not in rule.owners:
         found.append(
             r.deny(
                 Reason.UNKNOWN_OWNER,
                 f"owner {owner!r} is not a member of {rule.unit_path}: ask its lead to add you in Allot",
             )
         )
-    if project not in rule.projects:
+    if project and project not in rule.projects:
         known = ", ".join(sorted(p for p in rule.projects if "/" not in p))
         found.append(
             r.deny(
@@ -198,13 +201,13 @@ def labels(r: Review) -> list[Decision]:
                 f"project {project!r} is not {rule.unit_path} or one of its projects; use one of: {known}",
             )
         )
-    if tier not in rule.tiers:
+    if tier and tier not in rule.tiers:
         allowed = ", ".join(sorted(rule.tiers)) or "none"
         found.append(
             r.deny(Reason.TIER_NOT_ALLOWED, f"tier {tier!r} is not allowed for {rule.unit_path}; allowed: {allowed}")
         )
     contract = lab.get(LABEL_CONTRACT)
-    if rule.contract and contract != rule.contract:
+    if rule.contract and contract and contract != rule.contract:
         found.append(
             r.deny(
                 Reason.WRONG_CONTRACT,
@@ -256,24 +259,55 @@ def queue_and_priority(r: Review) -> list[Decision]:
 
 
 def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
-    """The flavors a pod set may land on given its node selector / required affinity on flavor
-    labels; None when it pins none (any flavor); () when it pins values no flavor has."""
+    """The flavors a pod set may land on given its node selector AND its required node affinity (any
+    of its terms), as Kubernetes combines them; None when no requirement names a flavor label (any
+    flavor); () when no flavor satisfies them. Requirements on labels no flavor uses are left to
+    the scheduler; a flavor that lacks a flavor label another flavor uses is not ruled out by it."""
     keys = r.policy.flavor_label_keys
-    required = {k: v for k, v in selected_labels(podset.spec).items() if k in keys}
-    if not required:
+    selector, terms = node_requirements(podset.spec)
+    if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):
         return None
     return tuple(
         f.name
         for f in r.policy.flavors
-        if any(k in f.node_labels for k in required)
-        and all(f.node_labels[k] in v for k, v in required.items() if k in f.node_labels)
+        if all(_holds(f.node_labels, req, keys) for req in selector)
+        and (not terms or any(all(_holds(f.node_labels, req, keys) for req in term) for term in terms))
     )
+
+
+def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ...]], keys: Any) -> bool:
+    key, op, values = requirement
+    if key not in keys or key not in labels:
+        return True  # not a flavor label, or not one this flavor's nodes are known by
+    value = labels[key]
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in ("Gt", "Lt") and values and value.lstrip("-").isdigit() and values[0].lstrip("-").isdigit():
+        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+    return True
 
 
 def _where(flavors: tuple[str, ...] | None) -> str:
     if flavors is None:
         return "on any flavor"
     return f"on {flavors[0]}" if len(flavors) == 1 else f"on any of {', '.join(flavors)}"
+
+
+def _unknown_pin(r: Review, podset: PodSet, what: str) -> Decision:
+    known = "; ".join(
+        f"{f.name} ({', '.join(f'{k}={v}' for k, v in sorted(f.node_labels.items()))})" for f in r.policy.flavors
+    )
+    return r.deny(
+        Reason.UNKNOWN_FLAVOR,
+        f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which {what} cluster {r.policy.cluster} "
+        f"has: it would wait forever; flavors: {known or 'none'}",
+    )
 
 
 def devices(r: Review) -> list[Decision]:
@@ -296,25 +330,17 @@ def devices(r: Review) -> list[Decision]:
             )
         if not podset.count:
             continue
+        fitting = fitting_flavors(r, podset)
+        if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
+            found.append(_unknown_pin(r, podset, "no flavor of"))
+            continue
         for flavor, per_pod in podset.devices_per_pod(policy.accelerators).items():
-            if flavor is not None:
-                key: tuple[str, ...] | None = (flavor,)
-            else:
-                key = fitting_flavors(r, podset)
-                if key == ():
-                    pinned = ", ".join(f"{k}={sorted(v)}" for k, v in sorted(selected_labels(podset.spec).items()))
-                    known = "; ".join(
-                        f"{f.name} ({', '.join(f'{k}={v}' for k, v in sorted(f.node_labels.items()))})"
-                        for f in policy.flavors
-                    )
-                    found.append(
-                        r.deny(
-                            Reason.UNKNOWN_FLAVOR,
-                            f"{podset.name} is pinned to {pinned}, which no flavor of cluster {policy.cluster} "
-                            f"has: it would wait forever; flavors: {known or 'none'}",
-                        )
-                    )
+            key: tuple[str, ...] | None = fitting
+            if flavor is not None:  # a resource mapped to one flavor: the pin must allow it
+                if fitting is not None and flavor not in fitting:
+                    found.append(_unknown_pin(r, podset, f"not {flavor} (where its devices are), nor any flavor of"))
                     continue
+                key = (flavor,)
             groups[key] = groups.get(key, 0) + podset.count * per_pod
     for key, wanted in sorted(groups.items(), key=lambda kv: str(kv[0])):
         names = tuple(rule.ceilings) if key is None else key
@@ -402,13 +428,14 @@ def opportunistic(r: Review) -> list[Decision]:
     if rule.grace_period_s is not None:
         for podset in r.sets:
             grace = podset.spec.get("terminationGracePeriodSeconds")
-            if isinstance(grace, int) and grace > rule.grace_period_s:
+            chosen = isinstance(grace, int) and grace != KUBERNETES_DEFAULT_GRACE_S  # 30: the API server's default
+            if chosen and grace > rule.grace_period_s:
                 found.append(
                     r.deny(
                         Reason.GRACE_TOO_LONG,
                         f"{podset.name}: terminationGracePeriodSeconds {grace} is above contract {rule.contract}'s "
                         f"grace period of {rule.grace_period_s}: set it to at most {rule.grace_period_s} "
-                        f"(or leave it out and Allot sets it)",
+                        f"(or leave it out: Allot's mutating webhook then sets the contract's)",
                     )
                 )
     return found

@@ -17,7 +17,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import FULL, OWNED, RUNTIME_FIELDS, WPC_GROUP, WPC_KIND, Decision, Reason, Review, fitting_flavors
+from .checks import (
+    FULL,
+    KUBERNETES_DEFAULT_GRACE_S,
+    OWNED,
+    RUNTIME_FIELDS,
+    WPC_GROUP,
+    WPC_KIND,
+    Decision,
+    Reason,
+    Review,
+    fitting_flavors,
+)
 from .model import (
     ANNOTATION_GPU_MEMORY,
     GOVERNANCE_LABELS,
@@ -74,6 +85,10 @@ def _decide(policy: AdmissionPolicy, request: Mapping[str, Any], mutate: bool) -
     namespace = str(request.get("namespace") or "")
     if namespace in policy.exempt_namespaces:
         return Decision(True, Reason.NOT_CHECKED, kind=kind)
+    if operation == "UPDATE" and namespace not in policy.namespaces:
+        # an object in a namespace no team holds was never Allot's to admit; refusing its updates would
+        # only block finalizer removal, status and label writes (the CREATE is where Allot judges)
+        return Decision(True, Reason.NOT_CHECKED, kind=kind)
     review = _review(policy, request, "object", group, kind, namespace)
     if isinstance(review, Decision):
         return review
@@ -129,7 +144,17 @@ def _by_controller(policy: AdmissionPolicy, request: Mapping[str, Any], obj: Map
     if username not in policy.controllers:
         return False
     refs = obj["metadata"].get("ownerReferences") or []
-    return isinstance(refs, list) and any(isinstance(ref, Mapping) and ref.get("controller") is True for ref in refs)
+    return isinstance(refs, list) and any(
+        isinstance(ref, Mapping) and ref.get("controller") is True and _judged(ref) for ref in refs
+    )
+
+
+def _judged(ref: Mapping[str, Any]) -> bool:
+    """Being owned counts only when the owner is a kind Allot judges (a Job, a JobSet, …): a trusted
+    controller's ReplicaSet, StatefulSet, CronJob or custom resource was never judged, so its pods
+    are judged in full."""
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    return (group, str(ref.get("kind") or "")) in KINDS
 
 
 def _run(review: Review, checks: tuple[Any, ...]) -> list[Decision]:
@@ -215,8 +240,8 @@ def _set_spec(r: Review, key: str, value: Any) -> None:
 
 def _mutate(r: Review) -> None:
     rule = r.rule
-    if not r.tier_name() and rule.default_tier:
-        _set_label(r, LABEL_TIER, rule.default_tier)
+    if not r.labels.get(LABEL_TIER) and (r.tier_name() or rule.default_tier):
+        _set_label(r, LABEL_TIER, r.tier_name() or rule.default_tier)
     if r.queue() is None:
         if r.is_workload:
             _set_spec(r, "queueName", rule.queue)
@@ -239,10 +264,13 @@ def _mutate(r: Review) -> None:
             _set_label(r, LABEL_MAX_EXEC, str(tier.max_runtime_s))
     if tier.opportunistic and rule.grace_period_s is not None:
         for podset in r.sets:
-            if "terminationGracePeriodSeconds" not in podset.spec:
+            current = podset.spec.get("terminationGracePeriodSeconds")
+            if current is None or current == KUBERNETES_DEFAULT_GRACE_S:  # unset, or the API server's default
+                if current == rule.grace_period_s:
+                    continue
                 r.patch.append(
                     {
-                        "op": "add",
+                        "op": "add" if current is None else "replace",
                         "path": f"{podset.pointer}/terminationGracePeriodSeconds",
                         "value": rule.grace_period_s,
                     }

@@ -84,8 +84,8 @@ class PodSet:
         for container in [*(self.spec.get("initContainers") or []), *(self.spec.get("containers") or [])]:
             requested = container.get("resources") or {}
             for part in ("requests", "limits"):
-                for name in requested.get(part) or {}:
-                    if name not in resources and str(name).startswith(ACCELERATOR_PREFIXES):
+                for name, value in (requested.get(part) or {}).items():
+                    if name not in resources and str(name).startswith(ACCELERATOR_PREFIXES) and _nonzero(value):
                         found.add(str(name))
             if requested.get("claims"):
                 found.add("resource claims (DRA)")
@@ -100,9 +100,34 @@ def _amount(container: Mapping[str, Any], name: str) -> int:
     resources = container.get("resources") or {}
     values = [(resources.get(part) or {}).get(name) for part in ("requests", "limits")]
     try:
-        return max((parse_quantity(Resource.GPU, v) for v in values if v is not None), default=0)
+        return max((devices(v) for v in values if v is not None), default=0)
     except QuantityError as exc:
         raise WorkloadError(f"container {container.get('name', '?')}: {name} {exc.message}") from exc
+
+
+def devices(raw: object) -> int:
+    """A device count in any Kubernetes quantity form that is a whole number: ``4``, ``"4"``, and the
+    ``"4000m"`` a CRD (a Kueue Workload) keeps as written, which Kueue reads as 4. A fraction of a
+    device (``"1500m"``) is refused."""
+    try:
+        return parse_quantity(Resource.GPU, raw)
+    except QuantityError as first:
+        try:
+            milli = parse_quantity(Resource.CPU, raw)  # millis are CPU's base unit
+        except QuantityError:
+            raise first from None
+        if milli % 1000:
+            raise QuantityError(
+                Resource.GPU, raw, f"{raw!r} is not a whole number of devices", "use e.g. 1 or 4"
+            ) from None
+        return milli // 1000
+
+
+def _nonzero(value: object) -> bool:
+    try:
+        return devices(value) > 0
+    except QuantityError:
+        return True  # malformed: say so as an accelerator Allot does not count
 
 
 def pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> list[PodSet]:
@@ -227,14 +252,37 @@ def _ray_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
         )
 
 
-def selected_labels(spec: Mapping[str, Any]) -> dict[str, set[str]]:
-    """Node labels a pod spec requires: nodeSelector plus required node affinity (In / single value)."""
-    required: dict[str, set[str]] = {k: {str(v)} for k, v in (spec.get("nodeSelector") or {}).items()}
+Requirement = tuple[str, str, tuple[str, ...]]
+"""(label key, operator, values) of a node selector requirement."""
+
+
+def node_requirements(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], tuple[tuple[Requirement, ...], ...]]:
+    """Where a pod may run, as Kubernetes reads it: the ``nodeSelector`` (each key equal to its value)
+    AND, when required node affinity is set, ANY of its ``nodeSelectorTerms`` (a term's match
+    expressions all hold). Returns (the selector's requirements, the terms); no terms: no affinity."""
+    selector = tuple((str(k), "In", (str(v),)) for k, v in sorted((spec.get("nodeSelector") or {}).items()))
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    for term in affinity.get("nodeSelectorTerms") or []:
-        for expr in term.get("matchExpressions") or []:
-            if expr.get("operator") == "In" and expr.get("values"):
-                required.setdefault(expr["key"], set()).update(str(v) for v in expr["values"])
-    return required
+    terms = tuple(
+        tuple(
+            (str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
+            for e in term.get("matchExpressions") or []
+        )
+        for term in affinity.get("nodeSelectorTerms") or []
+    )
+    return selector, terms
+
+
+def describe_requirements(spec: Mapping[str, Any]) -> str:
+    """The requirements in words, for messages: ``gpu=a100-40gb and (gpu in [h100])``."""
+    selector, terms = node_requirements(spec)
+    parts = [f"{k}={v[0]}" for k, _, v in selector]
+    if terms:
+        parts.append(
+            " or ".join(
+                "(" + " and ".join(f"{k} {op} {sorted(v)}" if v else f"{k} {op}" for k, op, v in term) + ")"
+                for term in terms
+            )
+        )
+    return " and ".join(parts) or "nothing"

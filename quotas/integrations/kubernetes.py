@@ -98,6 +98,16 @@ def _api_client_for(connection_ref: str) -> k8s.ApiClient:
     )
 
 
+PLURALS = {
+    "Job": "jobs",
+    "JobSet": "jobsets",
+    "PyTorchJob": "pytorchjobs",
+    "RayJob": "rayjobs",
+    "RayCluster": "rayclusters",
+}
+"""Resource names of the kinds a Workload's owner can be (Kueue's integrations Allot admits)."""
+
+
 class KueueClient:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self.api_client = api_client
@@ -187,6 +197,25 @@ class KueueClient:
         for name in CRD_NAMES:
             crds.append(self._call(api.read_custom_resource_definition, name))
         return crds
+
+    def owner_labels(self, namespace: str, ref: Mapping[str, Any]) -> dict[str, str] | None:
+        """The labels of the object an ownerReference points at (a Workload's Job, JobSet, RayJob …),
+        or None when it is gone (404) or a core-group kind. Read with the generic object path
+        ``/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>``."""
+        group, _, version = str(ref.get("apiVersion") or "").rpartition("/")
+        plural = PLURALS.get(str(ref.get("kind") or ""))
+        if not group or plural is None:
+            return None
+        try:
+            found = self._call(
+                self.api.get_namespaced_custom_object, group, version, namespace, plural, str(ref.get("name"))
+            )
+        except ClusterCallError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
 
     def list_workloads(self, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every Workload in every namespace, read in pages, and the list's resourceVersion: the

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         def stop(*_args: object) -> None:
             nonlocal stopping
             stopping = True
-            self.stdout.write("stopping after the current event …")
+            self.stdout.write("stopping: what was read is stored with its resourceVersion, then it exits")
 
         signal.signal(signal.SIGTERM, stop)
         self.stdout.write(f"watching Workloads on {cluster.name} ({cluster.connection_ref})")
