@@ -429,7 +429,7 @@ def opportunistic(r: Review) -> list[Decision]:
         for podset in r.sets:
             grace = podset.spec.get("terminationGracePeriodSeconds")
             chosen = isinstance(grace, int) and grace != KUBERNETES_DEFAULT_GRACE_S  # 30: the API server's default
-            if chosen and grace > rule.grace_period_s:
+            if chosen and isinstance(grace, int) and grace > rule.grace_period_s:
                 found.append(
                     r.deny(
                         Reason.GRACE_TOO_LONG,

@@ -240,8 +240,9 @@ def _set_spec(r: Review, key: str, value: Any) -> None:
 
 def _mutate(r: Review) -> None:
     rule = r.rule
-    if not r.labels.get(LABEL_TIER) and (r.tier_name() or rule.default_tier):
-        _set_label(r, LABEL_TIER, r.tier_name() or rule.default_tier)
+    wanted_tier = r.tier_name() or rule.default_tier
+    if not r.labels.get(LABEL_TIER) and wanted_tier:
+        _set_label(r, LABEL_TIER, wanted_tier)
     if r.queue() is None:
         if r.is_workload:
             _set_spec(r, "queueName", rule.queue)

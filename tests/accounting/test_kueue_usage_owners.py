@@ -30,8 +30,8 @@ JOB_UID = "0d0e4a7c-5b1f-4f38-9a47-0c1e2d3f4a5b"
 def bound(org):
     services.namespace_bind(actor=org.admin, reason="test", unit=org.vision, cluster=org.cluster, namespace="vision")
     org.big = services.flavor_set(
-        actor=org.admin, reason="t", cluster=org.cluster, name="a100-80gb", accelerator_model="A100", device_memory_gb=80,
-        physical_devices=16,
+        actor=org.admin, reason="t", cluster=org.cluster, name="a100-80gb", accelerator_model="A100",
+        device_memory_gb=80, physical_devices=16,
     )  # fmt: skip
     services.tier_set(actor=org.admin, reason="t", name="P2", display_name="Interactive", priority=1000)
     return org
@@ -55,7 +55,7 @@ def test_each_admission_period_is_charged_to_its_own_flavor(bound):
         for _ in steps:
             usage_resync_kueue(cluster=bound.cluster)
     assert server.mismatches == []
-    held = [(a.start, a.flavor.name, a.devices) for a in Allocation.objects.order_by("start")]
+    held = [(a.start, a.flavor.name if a.flavor else None, a.devices) for a in Allocation.objects.order_by("start")]
     assert held == [(at(5), "a100", 8), (at(30), "a100-80gb", 4)]
     record = WorkloadRecord.objects.get(scheduler_id="u-move")
     assert record.flavor == bound.big  # the record says where it runs now
@@ -153,7 +153,8 @@ def test_sigterm_ends_the_watch_command_with_its_cursor_stored(bound):
         connect(bound, server)
         env = {**os.environ, "DATABASE_URL": _test_database_url()}
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "allot_watch_kueue", "--cluster", bound.cluster.name, "--timeout-seconds", "120"],
+            [sys.executable, "manage.py", "allot_watch_kueue", "--cluster", bound.cluster.name,
+             "--timeout-seconds", "120"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
         deadline = time.monotonic() + 60
