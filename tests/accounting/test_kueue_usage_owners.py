@@ -169,3 +169,52 @@ def test_sigterm_ends_the_watch_command_with_its_cursor_stored(bound):
     assert code == 0, proc.stdout.read() if proc.stdout else ""
     run = SourceRun.objects.filter(cluster=bound.cluster, name="watch").latest("id")
     assert run.cursor == "31" and run.status != "running"
+
+
+def _rolled(org, T0):
+    from accounting.models import UsageHour
+
+    fields = ("unit_id", "flavor_id", "hour", "minutes", "guarantee", "allocated", "within", "borrowed", "productive")
+    return sorted(
+        tuple(round(v, 9) if isinstance(v, float) else v for v in row)
+        for row in UsageHour.objects.filter(hour__gte=T0).values_list(*fields)
+    )
+
+
+def test_on_sqlite_kueue_and_slurm_usage_reach_the_rollups_too(bound):
+    """Issue #25.5: the allocations part of the rollup is computed on SQLite (the demo) as well: the
+    Kueue script's runs give the hours the PostgreSQL statement gives (pinned in test_kueue_usage)."""
+    from datetime import timedelta
+
+    from accounting.models import UsageHour
+    from accounting.services import usage_rollup
+    from tests.accounting.test_kueue_usage import T0, script, watch
+
+    with WatchScriptServer(script()) as server:
+        watch(bound, server, watches=4)
+    usage_rollup(start=T0, end=T0 + timedelta(hours=2))
+    hours = {h.hour: h for h in UsageHour.objects.filter(unit=bound.vision, flavor=bound.flavor)}
+    nine, ten = hours[T0], hours[T0 + timedelta(hours=1)]
+    assert nine.allocated == pytest.approx(8 * 15 / 60 + 4 * 30 / 60) and ten.allocated == pytest.approx(4 * 10 / 60)
+    assert (nine.guarantee, ten.guarantee, nine.minutes) == (20, 20, 60)
+    assert nine.productive == pytest.approx(nine.allocated - 8 * 15 / 60) and nine.productive_estimated
+
+
+@pytest.mark.postgres
+def test_the_python_rollup_of_allocations_gives_the_rows_the_postgresql_statement_gives(bound):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounting.models import UsageHour
+    from accounting.services import rollup, usage_rollup
+    from tests.accounting.test_kueue_usage import T0, script, watch
+
+    with WatchScriptServer(script()) as server:
+        watch(bound, server, watches=4)
+    now = timezone.now()
+    usage_rollup(start=T0, end=T0 + timedelta(hours=3), now=now)  # the SQL statement
+    by_sql = _rolled(bound, T0)
+    UsageHour.objects.filter(hour__gte=T0).delete()
+    UsageHour.objects.bulk_create(rollup.allocation_rows(T0, T0 + timedelta(hours=3), now))
+    assert _rolled(bound, T0) == by_sql and by_sql
