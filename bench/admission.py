@@ -2,17 +2,20 @@
 
     python bench/admission.py
 
-Starts the webhook as the deployment runs it — gunicorn (deploy/gunicorn.conf.py, sync workers,
-ALLOT_WEBHOOK_ONLY=true) on loopback behind nginx, rendered from the deployment's own
-deploy/kubernetes/base/nginx-webhook.conf.template —
+Starts the webhook as the deployment runs it — gunicorn (deploy/gunicorn.conf.py: gthread workers,
+keep-alive; ALLOT_WEBHOOK_ONLY=true) on loopback behind nginx (keep-alive to gunicorn too), rendered
+from the deployment's own deploy/kubernetes/base/nginx-webhook.conf.template —
 against a database holding the demo organisation (DATABASE_URL, or a fresh SQLite file). Drives it
 with wrk (wrk and nginx are installed with apt-get when missing) for 10 s at 1, 16 and 64
 connections with the 20 documented reviews (the 2 captured ones and 18 synthetic ones of every kind,
 allowed and denied): first /admission/k8s/validate, then the no-policy endpoint /admission/k8s/noop
-of the same stack; then once more at 16 connections while SLOW_CLIENTS other connections send their
-reviews one byte every 200 ms (clients on a bad link must not delay everybody else). Prints the
-figures and the machine's load average; the LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N,
-noop_rps_N, ratio_N, slow_rps_16, slow_p99_ms_16, load_1m).
+of the same stack; then Pod creates as the API server makes them — over TLS, one kept-alive
+connection per creator, a mutating then a validating review per create — at 1 and 16 creators,
+beside the same creates against the no-op endpoint of the same stack (its floor); then once more at
+16 connections while SLOW_CLIENTS other connections send their reviews one byte every 200 ms (clients
+on a bad link must not delay everybody else). Prints the figures and the machine's load average; the
+LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N, create_added_ms_p50_N,
+create_added_ms_p99_N, noop_create_ms_p50_N, create_ratio_p50_N, slow_rps_16, slow_p99_ms_16, load_1m).
 """
 
 from __future__ import annotations
@@ -58,17 +61,34 @@ def ensure(command: str, package: str) -> str:
     return shutil.which(command) or f"/usr/sbin/{command}"
 
 
-def nginx_conf(work: Path, listen: int, upstream: int) -> Path:
+def nginx_conf(work: Path, listen: int, upstream: int, tls_listen: int | None = None) -> Path:
     """The deployment's nginx front (deploy/kubernetes/base/nginx-webhook.conf.template) rendered for
-    loopback, inside a minimal main configuration."""
-    server = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-webhook.conf.template").read_text()
-    for name, value in {
-        "ALLOT_NGINX_LISTEN": f"127.0.0.1:{listen}",
-        "ALLOT_NGINX_UPSTREAM": f"127.0.0.1:{upstream}",
-        "ALLOT_NGINX_TLS_INCLUDE": str(work / "no-tls-*.conf"),
-    }.items():
-        server = server.replace("${" + name + "}", value)
-    (work / "webhook.conf").write_text(server)
+    loopback, inside a minimal main configuration; with ``tls_listen`` a second server block serves the
+    same upstream over TLS (a self-signed certificate, the deployment's nginx-tls.conf settings)."""
+    template = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-webhook.conf.template").read_text()
+    servers = []
+    for port, include in ((listen, str(work / "no-tls-*.conf")), (tls_listen, str(work / "tls.conf"))):
+        if port is None:
+            continue
+        server = template
+        for name, value in {
+            "ALLOT_NGINX_LISTEN": f"127.0.0.1:{port}" + (" ssl" if include.endswith("tls.conf") else ""),
+            "ALLOT_NGINX_UPSTREAM": f"127.0.0.1:{upstream}",
+            "ALLOT_NGINX_TLS_INCLUDE": include,
+        }.items():
+            server = server.replace("${" + name + "}", value)
+        if servers:  # one upstream block for both servers
+            server = server[server.index("server {") :]
+        servers.append(server)
+    if tls_listen is not None:
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=allot-webhook",
+             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(work / "tls.key"), "-out", str(work / "tls.crt")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        tls = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-tls.conf").read_text().replace("/tls/", f"{work}/")
+        (work / "tls.conf").write_text(tls)
+    (work / "webhook.conf").write_text("\n".join(servers))
     temp = "\n".join(
         f"    {kind}_temp_path {work}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
@@ -78,6 +98,49 @@ def nginx_conf(work: Path, listen: int, upstream: int) -> Path:
     )
     (work / "nginx.conf").write_text(main)
     return work / "nginx.conf"
+
+
+def creates(port: int, cafile: Path, paths: tuple[str, str], body: list[bytes], creators: int) -> list[float]:
+    """Pod creates the way the API server makes them: each creator keeps one TLS connection open
+    (keep-alive) and for every create sends the mutating review, then the validating one, and waits
+    for both answers. Returns each create's milliseconds (both calls), for DURATION seconds."""
+    import http.client
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(cafile))
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    times: list[float] = []
+    lock = threading.Lock()
+    until = time.monotonic() + DURATION
+
+    def creator(index: int) -> None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        mine, n = [], index
+        while time.monotonic() < until:
+            review = body[n % len(body)]
+            n += creators
+            began = time.perf_counter()
+            for path in paths:
+                conn.request("POST", path, body=review, headers=headers)
+                answer = conn.getresponse()
+                answer.read()
+                if answer.status != 200:
+                    raise RuntimeError(f"{path}: {answer.status}")
+            mine.append((time.perf_counter() - began) * 1000)
+        conn.close()
+        with lock:
+            times.extend(mine[1:])  # the first paid the TLS handshake, as the API server's first call does
+
+    threads = [threading.Thread(target=creator, args=(i,)) for i in range(creators)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(times)
+
+
+def pct(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
 
 
 def free_port() -> int:
@@ -245,10 +308,11 @@ def main() -> None:
         cwd=ROOT,
         stdout=server_log,
         stderr=server_log,
-        env={"GUNICORN_WORKER_CLASS": "sync", **env, "ALLOT_WEBHOOK_ONLY": "true"},
+        env={**env, "ALLOT_WEBHOOK_ONLY": "true"},  # deploy/gunicorn.conf.py as deployed: gthread, keep-alive
         start_new_session=True,
     )
-    front = subprocess.Popen([nginx, "-c", str(nginx_conf(work, port, upstream)), "-g", "daemon off;"])
+    tls_port = free_port()
+    front = subprocess.Popen([nginx, "-c", str(nginx_conf(work, port, upstream, tls_port)), "-g", "daemon off;"])
     base = f"http://127.0.0.1:{port}/admission"
     figures: dict[str, float] = {}
     try:
@@ -293,6 +357,29 @@ def main() -> None:
                     f"noop_rps_{connections}": noop_rps,
                     f"noop_p99_ms_{connections}": noop_p99,
                     f"ratio_{connections}": rps / noop_rps,
+                }
+            )
+        encoded = [b.encode() for b in bodies()]
+        for creators in (1, 16):
+            allot = creates(tls_port, work / "tls.crt", ("/admission/k8s/mutate", "/admission/k8s/validate"), encoded,
+                            creators)  # fmt: skip
+            floor = creates(
+                tls_port, work / "tls.crt", ("/admission/k8s/noop", "/admission/k8s/noop"), encoded, creators
+            )
+            p50, p99, n50, n99 = pct(allot, 0.5), pct(allot, 0.99), pct(floor, 0.5), pct(floor, 0.99)
+            print(
+                f"{creators:>2} creators, TLS and keep-alive, mutate + validate per create: p50 {p50:.2f} ms, "
+                f"p99 {p99:.2f} ms ({len(allot):,} creates); no-op stack p50 {n50:.2f} ms, p99 {n99:.2f} ms; "
+                f"Allot's own share p50 {p50 - n50:.2f} ms",
+                flush=True,
+            )
+            figures.update(
+                {
+                    f"create_added_ms_p50_{creators}": p50,
+                    f"create_added_ms_p99_{creators}": p99,
+                    f"noop_create_ms_p50_{creators}": n50,
+                    f"noop_create_ms_p99_{creators}": n99,
+                    f"create_ratio_p50_{creators}": p50 / n50,
                 }
             )
         stop = threading.Event()

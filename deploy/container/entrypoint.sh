@@ -1,7 +1,7 @@
 #!/bin/sh
 # Allot's container entrypoint: one image, the role is the first argument.
 #   web                  the portal and API (gunicorn, gthread workers) on :8000
-#   webhook              the admission webhooks only (ALLOT_WEBHOOK_ONLY), sync workers on loopback behind nginx
+#   webhook              the admission webhooks only (ALLOT_WEBHOOK_ONLY), gthread workers on loopback behind nginx
 #   worker               a Celery worker (acks late; see docs/operations.md)
 #   beat                 Celery beat, the only one: takes a Redis lock first (a second beat waits)
 #   migrate              apply database migrations, once per release (a Job)
@@ -41,7 +41,7 @@ case "$role" in
   webhook)
     export ALLOT_WEBHOOK_ONLY=true
     export GUNICORN_BIND=${GUNICORN_BIND:-127.0.0.1:8000}
-    export GUNICORN_WORKER_CLASS=${GUNICORN_WORKER_CLASS:-sync}
+    export GUNICORN_WORKER_CLASS=${GUNICORN_WORKER_CLASS:-gthread}  # keeps nginx's upstream connections open
     run gunicorn config.wsgi -c deploy/gunicorn.conf.py "$@" ;;
   worker)
     run celery -A config worker --loglevel "${ALLOT_LOG_LEVEL:-INFO}" \

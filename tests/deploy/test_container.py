@@ -66,7 +66,7 @@ def test_the_webhook_role_serves_only_the_webhooks_behind_its_front(tmp_path):
     shim.chmod(0o755)
     done = entrypoint("webhook", dry=False, PATH=f"{tmp_path}:{os.environ['PATH']}")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "true 127.0.0.1:8000 sync config.wsgi -c deploy/gunicorn.conf.py"
+    assert done.stdout.strip() == "true 127.0.0.1:8000 gthread config.wsgi -c deploy/gunicorn.conf.py"
 
 
 def test_an_unknown_role_says_what_the_roles_are():
