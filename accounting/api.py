@@ -449,6 +449,13 @@ class ReviewBuild(serializers.Serializer):
     unit = serializers.CharField(help_text="The path of an organisation or department.")
     month = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="YYYY-MM (UTC).")
 
+    def validate_month(self, value: str) -> str:
+        try:
+            showback_period(value)
+        except ValueError as exc:  # 2020-13, 0000-01, 9999-12
+            raise serializers.ValidationError(f"{exc}: give a month such as 2020-05") from exc
+        return value
+
 
 class ReviewAccept(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, help_text="The recommendation's position in the review.")

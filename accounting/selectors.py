@@ -194,11 +194,15 @@ def showback_period(month: str = "", day: str = "") -> ShowbackPeriod:
     try:
         if day:
             start = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC)
+            if not 1970 <= start.year <= 2999:
+                raise ValueError("out of range")
             return ShowbackPeriod(start, start + timedelta(days=1), day)
         start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     except ValueError as exc:
         field_name, form = ("day", "YYYY-MM-DD") if day else ("month", "YYYY-MM")
         raise ValueError(f"{field_name}: {day or month!r} is not {form}") from exc
+    if not 1970 <= start.year <= 2999:  # 0000-01 and 9999-12 parse, then overflow the period's end
+        raise ValueError(f"month: {month!r} is outside 1970-01 … 2999-12")
     return ShowbackPeriod(start, (start + timedelta(days=32)).replace(day=1), month)
 
 

@@ -18,7 +18,7 @@ from accounting.selectors import fairness_report, showback_period, showback_repo
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
-from quotas.errors import InputError
+from quotas.errors import InputError, form_id
 from quotas.policy.violations import PolicyViolationError
 
 
@@ -165,7 +165,7 @@ def reviews_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         from accounting.tasks import build_review
 
-        unit = get_object_or_404(OrgUnit, pk=request.POST.get("unit"), archived_at__isnull=True)
+        unit = get_object_or_404(OrgUnit, pk=form_id(request.POST.get("unit")), archived_at__isnull=True)
         month = request.POST.get("month", "")
         if unit not in buildable:
             messages.error(request, "Platform admins and the unit's leads build its reviews.")
@@ -193,7 +193,7 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
     review = get_object_or_404(Review.objects.select_related("unit"), pk=review_id)
     if request.method == "POST":
         try:
-            change = review_accept(actor=request.user, review=review, index=int(request.POST.get("index", "-1")))
+            change = review_accept(actor=request.user, review=review, index=_index(request.POST.get("index")))
         except (InputError, NotAllowedError, PolicyViolationError, ValueError) as exc:
             messages.error(request, f"Could not request it: {exc}")
         else:
@@ -220,3 +220,9 @@ def review_file(request: HttpRequest, review_id: int, name: str) -> HttpResponse
     response["Content-Disposition"] = f'attachment; filename="{Path(name).name}"'
     response["Digest"] = f"sha-256={stored.sha256}"
     return response
+
+
+def _index(raw: object) -> int:
+    """A recommendation's position as the form sent it; -1 (none: refused with the count) otherwise."""
+    text = str(raw).strip() if raw is not None else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 9 else -1

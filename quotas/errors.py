@@ -85,3 +85,10 @@ def full_clean(obj: Any, exclude: Iterable[str] = ()) -> None:
         obj.full_clean(exclude=list(exclude), validate_constraints=False)
     except ValidationError as exc:
         raise InputError.from_dict({k: [str(m) for m in v] for k, v in exc.message_dict.items()}) from exc
+
+
+def form_id(raw: object) -> int:
+    """An object id as a form sent it; 0 (no such object) for anything that is not ASCII digits, so
+    ``pk="abc"`` or ``pk="²"`` reads as "not found" instead of an error."""
+    text = str(raw).strip() if raw is not None else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0

@@ -289,11 +289,23 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     return ReviewData(unit.path, month, timezone.now(), tables, summary)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads as the start of a formula (OWASP, CSV injection)."""
+
+
+def as_text(value: str) -> str:
+    """A text cell a spreadsheet shows as text: one starting like a formula gets a leading ``'``
+    (OWASP's CSV-injection guidance), so a reason ``=HYPERLINK(…)`` stays words."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, str):
+        return as_text(value)
     return value
 
 
@@ -346,6 +358,9 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
                     value = float(Decimal(value))
                 values.append(value)
             sheet.append(values)
+            for cell in sheet[sheet.max_row]:
+                if isinstance(cell.value, str):  # never a formula: openpyxl makes one of any "=…" string
+                    cell.data_type = "s"
         sheet.freeze_panes = "A2"
         for i, column in enumerate(columns, 1):
             letter = get_column_letter(i)
@@ -527,6 +542,16 @@ def last_month(now: datetime | None = None) -> str:
 
 
 @transaction.atomic
+def _may_accept(actor: Any, unit: Any, rec: dict[str, Any]) -> None:
+    """Leads of the recommendation's unit or above (or of the review's unit), and platform admins."""
+    from quotas.access import NotAllowedError, may_request
+    from quotas.models import OrgUnit
+
+    target = OrgUnit.objects.filter(path=rec.get("unit_path"), archived_at__isnull=True).first() or unit
+    if not (getattr(actor, "is_authenticated", False) and may_request(actor, target)):
+        raise NotAllowedError(f"you lead neither {target.path} nor a unit above it: ask its lead to accept this")
+
+
 def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> Any:
     """Turn recommendation ``index`` of a stored review into a change request (approved through the
     usual flow) and record it on the review; audited. A recommendation accepted already returns its
@@ -542,6 +567,7 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
             "index", f"review #{review.pk} has {len(review.recommendations)} recommendations", "pick one of them"
         )
     rec = review.recommendations[index]
+    _may_accept(actor, review.unit, rec)  # before anything is answered, accepted already or not
     if rec.get("change_request"):
         from quotas.models import ChangeRequest
 

@@ -48,6 +48,11 @@ from quotas.tasks import cluster_sync_task
 from . import serializers as s
 
 
+class Conflict(APIException):
+    status_code = 409
+    default_code = "exists"
+
+
 class PreconditionRequired(APIException):
     status_code = 428
     default_detail = "Send If-Match with the quota's current ETag (from GET) so no one else's change is overwritten."
@@ -409,7 +414,8 @@ def _parse_if_match(request: Request, quota: Quota) -> int:
         )
     tag = header.removeprefix("W/").strip('"')
     prefix = f"q{quota.pk}-v"
-    if not tag.startswith(prefix) or not tag[len(prefix) :].isdigit():
+    number = tag[len(prefix) :]
+    if not tag.startswith(prefix) or not (number.isascii() and number.isdigit() and len(number) < 19):
         return -1  # an ETag of something else: never current
     return int(tag[len(prefix) :])
 
@@ -430,6 +436,12 @@ class QuotaViewSet(ReadViewSet):
     def create(self, request: Request) -> Response:
         """Set a quota that does not exist yet (``version`` 0 is implied); to change one, PATCH it."""
         data = _input(s.QuotaCreateIn, request)
+        existing = Quota.objects.filter(unit=data["unit"], flavor=data["flavor"], resource=data["resource"]).first()
+        if existing is not None:  # a create never updates: that would skip If-Match
+            raise Conflict(
+                f"this quota exists already (id {existing.pk}): change it with PATCH /api/v1/quotas/{existing.pk}/ "
+                f"and If-Match: {existing.etag}"
+            )
         change = services.QuotaChange(
             data["unit"].pk,
             data["flavor"].pk,
@@ -437,7 +449,7 @@ class QuotaViewSet(ReadViewSet):
             data.get("guarantee"),
             data.get("burst"),
             data.get("lendable"),
-            data.get("version", 0),
+            0,  # must not exist yet (checked again under the service's locks)
         )
         [quota] = services.quota_edit(actor=request.user, reason=_reason(data), changes=[change])
         quota = self.get_queryset().get(pk=quota.pk)

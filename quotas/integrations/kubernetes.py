@@ -98,7 +98,7 @@ def _api_client_for(connection_ref: str) -> k8s.ApiClient:
     )
 
 
-PLURALS = {
+OWNER_PLURALS = {
     "Job": "jobs",
     "JobSet": "jobsets",
     "PyTorchJob": "pytorchjobs",
@@ -203,7 +203,7 @@ class KueueClient:
         or None when it is gone (404) or a core-group kind. Read with the generic object path
         ``/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>``."""
         group, _, version = str(ref.get("apiVersion") or "").rpartition("/")
-        plural = PLURALS.get(str(ref.get("kind") or ""))
+        plural = OWNER_PLURALS.get(str(ref.get("kind") or ""))
         if not group or plural is None:
             return None
         try:

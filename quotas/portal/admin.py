@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from quotas import services
 from quotas.access import NotAllowedError, is_platform_admin
-from quotas.errors import InputError
+from quotas.errors import InputError, form_id
 from quotas.models import Cluster, ClusterKind, NamespaceBinding, OrgUnit
 from quotas.policy import UnitKind
 from quotas.policy.violations import PolicyViolationError
@@ -81,13 +81,13 @@ def setup(request: HttpRequest) -> HttpResponse:
                 ),
             )
         elif action == "flavor":
-            cluster = Cluster.objects.filter(pk=post.get("cluster") or 0).first()
+            cluster = Cluster.objects.filter(pk=form_id(post.get("cluster"))).first()
 
             def flavor() -> str:
                 if cluster is None:
                     raise InputError("cluster", "pick a cluster", "add one first")
                 devices = post.get("physical_devices", "").strip()
-                if not devices.isdigit():
+                if not (devices.isascii() and devices.isdigit()):
                     raise InputError("physical_devices", f"{devices!r} is not a number of devices", "e.g. 64")
                 made = services.flavor_set(
                     actor=request.user,
@@ -95,7 +95,7 @@ def setup(request: HttpRequest) -> HttpResponse:
                     cluster=cluster,
                     name=post.get("name", "").strip(),
                     accelerator_model=post.get("accelerator_model", "").strip(),
-                    device_memory_gb=int(post.get("device_memory_gb") or 0),
+                    device_memory_gb=form_id(post.get("device_memory_gb")),
                     physical_devices=int(devices),
                 )
                 return f"Flavor {made.key} saved."
@@ -118,7 +118,7 @@ def setup(request: HttpRequest) -> HttpResponse:
                 ),
             )
         elif action == "unarchive":
-            unit = get_object_or_404(OrgUnit, pk=post.get("unit") or 0)
+            unit = get_object_or_404(OrgUnit, pk=form_id(post.get("unit")))
             _run(
                 request,
                 lambda: f"{services.org_unit_unarchive(actor=request.user, reason=reason, unit=unit)} unit(s) back.",
@@ -221,7 +221,7 @@ def _member_remove(actor: Any, reason: str, unit: OrgUnit, username: str) -> str
 
 
 def _bind(actor: Any, reason: str, unit: OrgUnit, post: Any) -> str:
-    cluster = Cluster.objects.filter(pk=post.get("cluster") or 0).first()
+    cluster = Cluster.objects.filter(pk=form_id(post.get("cluster"))).first()
     if cluster is None:
         raise InputError("cluster", "pick a Kubernetes cluster", "add one on the Set up page first")
     binding = services.namespace_bind(
@@ -231,7 +231,7 @@ def _bind(actor: Any, reason: str, unit: OrgUnit, post: Any) -> str:
 
 
 def _unbind(actor: Any, reason: str, unit: OrgUnit, post: Any) -> str:
-    binding = get_object_or_404(NamespaceBinding, pk=post.get("binding") or 0, unit=unit)
+    binding = get_object_or_404(NamespaceBinding, pk=form_id(post.get("binding")), unit=unit)
     services.namespace_unbind(
         actor=actor, reason=reason, unit=unit, cluster=binding.cluster, namespace=binding.namespace
     )

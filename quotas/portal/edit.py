@@ -90,21 +90,46 @@ def read_fields(
     return parsed
 
 
+VERSION_MISSING = (
+    "this form does not say which version of the quota it was filled in from, so saving it could overwrite "
+    "someone else's change: reload the page and make your change again"
+)
+
+
+def form_version(raw: object) -> int | None:
+    """A version field as the form sent it: ASCII digits only (``"²".isdigit()`` is true); None when
+    missing or not a number — never the current version, which would hide a lost update."""
+    text = str(raw).strip() if raw is not None else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
+
+
 def _read(unit: OrgUnit, rows: list[Row], data: Any) -> list[QuotaChange]:
-    """Fill rows from the posted form; return the changes (rows whose values differ)."""
+    """Fill rows from the posted form; return the changes (rows whose values differ). A change
+    without a valid version of the quota it was made on is refused (``errors["version"]``)."""
     changes = []
     for row in rows:
         parsed = read_fields(row.resource, row.values, row.errors, data, row.field_name)
-        version = data.get(f"version-{row.prefix}")
-        row.version = int(version) if str(version).isdigit() else row.version
+        raw = data.get(f"version-{row.prefix}")
+        version = form_version(raw)
         current = row.current
         if row.errors:
             continue
         values = (parsed["guarantee"], parsed["burst"], parsed["lendable"])
         unchanged = current is not None and (current.guarantee, current.burst, current.lendable) == values
         if not unchanged and (current is not None or any(values)):
+            if version is None:
+                row.errors["version"] = VERSION_MISSING
+                continue
+            row.version = version
             changes.append(QuotaChange(unit.pk, row.flavor.pk, row.resource, *values, row.version))
+        elif raw is not None and version is None:
+            row.errors["version"] = VERSION_MISSING
     return changes
+
+
+def version_errors(rows: Any) -> dict[str, str]:
+    """The form-level error when a row's version was missing or not a number."""
+    return {"version": VERSION_MISSING} if any("version" in r.errors for r in rows) else {}
 
 
 def _mark(unit: OrgUnit, rows: list[Row], violations: list[Violation]) -> list[Violation]:
@@ -219,7 +244,8 @@ def quota_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
         return render(request, "quotas/unit_edit.html", _context(request, unit, rows))
     changes = _read(unit, rows, request.POST)
     if any(r.errors for r in rows):
-        return render(request, "quotas/unit_edit.html", _context(request, unit, rows), status=400)
+        context = _context(request, unit, rows, form_errors=version_errors(rows))
+        return render(request, "quotas/unit_edit.html", context, status=400)
     if not changes:
         messages.info(request, "Nothing changed: no quota was saved.")
         return redirect("quotas:unit", unit_id=unit.pk)

@@ -22,7 +22,7 @@ from quotas.errors import InputError, StaleVersionError
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import QuantityError, Resource, format_quantity, parse_quantity, parse_resource
 from quotas.policy.violations import PolicyViolationError, Violation, ViolationCode
-from quotas.portal.edit import read_fields
+from quotas.portal.edit import VERSION_MISSING, form_version, read_fields, version_errors
 from quotas.services.quota import QuotaChange
 
 FIELDS = ("guarantee", "burst", "lendable")
@@ -74,13 +74,17 @@ def _read(rows: list[ChildRow], flavor: ResourceFlavor, resource: Resource, data
     changes = []
     for row in rows:
         parsed = read_fields(resource, row.values, row.errors, data, row.name)
-        version = data.get(row.name("version"))
-        row.version = int(version) if str(version).isdigit() else row.version
+        raw = data.get(row.name("version"))
+        version = form_version(raw)
         if row.errors:
             continue
         values = (parsed["guarantee"], parsed["burst"], parsed["lendable"])
         now = tuple(getattr(row.current, f) for f in FIELDS) if row.current else (0, 0, 0)
-        if values != now:
+        if values != now or (raw is not None and version is None):
+            if version is None:  # never "the current version": that would overwrite a change made meanwhile
+                row.errors["version"] = VERSION_MISSING
+                continue
+            row.version = version
             changes.append(QuotaChange(row.unit.pk, flavor.pk, resource, *values, expected_version=row.version))
     return changes
 
@@ -167,6 +171,7 @@ def rebalance(request: HttpRequest, unit_id: int) -> HttpResponse:
         return redirect("quotas:unit", unit_id=parent.pk)
     elif any(r.errors for r in rows) and not check_only:
         status = 400
+        context["form_errors"] = version_errors(rows)
     context["totals"] = _totals(parent_quota, rows, resource)
     template = "quotas/_rebalance_check.html" if check_only else "quotas/rebalance.html"
     return render(request, template, context, status=status)

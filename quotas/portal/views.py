@@ -360,6 +360,9 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
     can_decide = may_decide(request.user, change_request) and change_request.status == "pending"
     if request.method == "POST" and can_decide:
         decision, comment = request.POST.get("decision"), request.POST.get("comment", "")
+        if decision not in ("approve", "reject"):  # never read a missing or odd decision as a rejection
+            messages.error(request, "Say whether you approve or reject the request: nothing was decided.")
+            return redirect("quotas:request", request_id=change_request.pk)
         try:
             if decision == "approve":
                 change_request = services.change_request_approve(

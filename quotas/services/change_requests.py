@@ -152,6 +152,16 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     reason = require_reason(reason)
     if not changes:
         raise InputError("changes", "no quota changes given", "send at least one change")
+    seen: set[tuple[int, int, str]] = set()
+    for change in changes:  # two items for one quota could never be approved as one change
+        key = (change.unit_id, change.flavor_id, str(change.resource))
+        if key in seen:
+            raise InputError(
+                "changes",
+                "the same unit, flavor and resource appears twice",
+                "send each quota once, with its new values",
+            )
+        seen.add(key)
     units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
     for change in changes:
         unit = units.get(change.unit_id)
