@@ -472,6 +472,12 @@ class ReviewViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     permission_classes = [IsAuthenticated]
     filterset_fields = ["month"]
 
+    def get_queryset(self) -> Any:
+        """Only reviews whose costs the caller may read (showback's rule: ALLOT_SHOWBACK_VISIBILITY)."""
+        from accounting.selectors import readable_reviews
+
+        return readable_reviews(self.request.user).select_related("unit")
+
     @extend_schema(
         request=ReviewBuild,
         responses={

@@ -553,3 +553,17 @@ def usage_months() -> list[str]:
     """Months with usage, newest first (YYYY-MM): what the showback and fairness pages offer."""
     months = UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
     return [m.strftime("%Y-%m") for m in months]
+
+
+def readable_reviews(user: Any) -> Any:
+    """The reviews whose costs ``user`` may read (the same rule as showback)."""
+    from accounting.models import Review
+    from quotas.access import cost_readable_paths
+
+    paths = cost_readable_paths(user)
+    if paths is None:
+        return Review.objects.all()
+    query = Q(pk__in=[])
+    for path in paths:
+        query |= Q(unit__path=path) | Q(unit__path__startswith=f"{path}/")
+    return Review.objects.filter(query)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, Max
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,7 +15,14 @@ from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
 from accounting.models import Finding, FindingState, Review, ReviewFile, SourceRun, SourceStatus
-from accounting.selectors import fairness_report, showback_period, showback_report, usage_months, visible_findings
+from accounting.selectors import (
+    fairness_report,
+    readable_reviews,
+    showback_period,
+    showback_report,
+    usage_months,
+    visible_findings,
+)
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
@@ -144,7 +152,7 @@ def reviews_page(request: HttpRequest) -> HttpResponse:
     downloads; admins and leads build one for any month (the page follows the build's progress)."""
     from quotas.models import OrgUnit
 
-    reviews = list(Review.objects.select_related("unit").order_by("-month", "unit__path"))
+    reviews = list(readable_reviews(request.user).select_related("unit").order_by("-month", "unit__path"))
     led = led_paths(request.user)
     buildable = [
         u for u in OrgUnit.objects.filter(depth__lte=1, archived_at__isnull=True).order_by("path")
@@ -191,6 +199,7 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
     """One review: summary, downloads with checksums, and its recommendations, each a change request in
     one click (the head approves it through the usual flow)."""
     review = get_object_or_404(Review.objects.select_related("unit"), pk=review_id)
+    _may_read_review(request, review.unit.path)
     if request.method == "POST":
         try:
             change = review_accept(actor=request.user, review=review, index=_index(request.POST.get("index")))
@@ -206,9 +215,10 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
 @login_required
 def review_file(request: HttpRequest, review_id: int, name: str) -> HttpResponse:
     """A review's file as stored, its SHA-256 in the ``Digest`` header."""
-    stored = ReviewFile.objects.filter(review_id=review_id, name=name).first()
+    stored = ReviewFile.objects.filter(review_id=review_id, name=name).select_related("review__unit").first()
     if stored is None:
         raise Http404(f"review #{review_id} has no file {name}")
+    _may_read_review(request, stored.review.unit.path)  # its files carry every unit's costs
     kind = (
         "application/pdf"
         if name.endswith(".pdf")
@@ -226,3 +236,9 @@ def _index(raw: object) -> int:
     """A recommendation's position as the form sent it; -1 (none: refused with the count) otherwise."""
     text = str(raw).strip() if raw is not None else ""
     return int(text) if text.isascii() and text.isdigit() and len(text) < 9 else -1
+
+
+def _may_read_review(request: HttpRequest, path: str) -> None:
+    """A review (its page and every file) shows costs: the showback's read rule (quotas.access)."""
+    if not may_read_costs(request.user, path):
+        raise PermissionDenied(f"costs of {path} are for the leads of it or a unit above it, and platform admins")

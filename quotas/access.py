@@ -57,6 +57,17 @@ def may_read_costs(user: Viewer, path: str, led: list[str] | None = None) -> boo
     return bool(path) and _within(path, led_paths(user) if led is None else led, strictly=False)
 
 
+def cost_readable_paths(user: Viewer) -> list[str] | None:
+    """The unit paths whose costs ``user`` may read, for filtering lists (a review, its files): None
+    means every path (visibility ``everyone``, or a platform admin); else the units they lead, each
+    with everything below it. The same rule as :func:`may_read_costs`."""
+    from django.conf import settings
+
+    if settings.ALLOT_SHOWBACK_VISIBILITY == "everyone" or is_platform_admin(user):
+        return None if getattr(user, "is_authenticated", False) else []
+    return led_paths(user)
+
+
 def may_set_directly(user: Viewer, unit: OrgUnit, led: list[str] | None = None) -> bool:
     return is_platform_admin(user) or _within(unit.path, led_paths(user) if led is None else led, strictly=True)
 

@@ -177,3 +177,29 @@ def test_non_numeric_ids_in_forms_are_not_found_not_errors(demo, value, admin_cl
     setup = admin_client.post("/setup/", {"action": "flavor", "cluster": value, "reason": "r", "name": "x",
                                           "physical_devices": "4", "device_memory_gb": value})  # fmt: skip
     assert setup.status_code in (200, 302, 400)
+
+
+# --- 1. reviews carry costs: showback's read rule ------------------------------------------------
+
+
+def test_a_review_and_its_files_follow_showbacks_read_rule(demo, settings):
+    from django.utils import timezone
+
+    from accounting.models import Review, ReviewFile
+
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    research = unit("acme/research")
+    review = Review.objects.create(unit=research, month="2020-05", generated_at=timezone.now(), files={"u.csv": "x"})
+    ReviewFile.objects.create(review=review, name="u.csv", content=b"unit,cost\nnlp,12.00\n", sha256="x", size=20)
+    for outsider in ("viewer", "head-production"):
+        client = signed_in(outsider)
+        assert client.get(f"/reviews/{review.pk}/").status_code == 403
+        assert client.get(f"/reviews/{review.pk}/files/u.csv").status_code == 403
+        assert client.get(f"/api/v1/reviews/{review.pk}/").status_code == 404
+        assert client.get("/api/v1/reviews/").json()["count"] == 0
+        assert "2020-05" not in client.get("/reviews/").content.decode()
+    head = signed_in("head-research")
+    assert head.get(f"/reviews/{review.pk}/files/u.csv").content == b"unit,cost\nnlp,12.00\n"
+    assert head.get("/api/v1/reviews/").json()["count"] == 1
+    settings.ALLOT_SHOWBACK_VISIBILITY = "everyone"
+    assert signed_in("viewer").get(f"/reviews/{review.pk}/").status_code == 200
