@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
@@ -127,6 +127,20 @@ class WorkloadRecordViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     queryset = WorkloadRecord.objects.select_related("cluster", "unit", "flavor__cluster")
     serializer_class = WorkloadRecordOut
     filterset_class = WorkloadRecordFilter
+
+    def get_queryset(self) -> Any:
+        """Who ran what (owners, job names) follows the usage's read rule: under
+        ALLOT_SHOWBACK_VISIBILITY=leads, the records of the units one leads and below (admins: all)."""
+        from quotas.access import cost_readable_paths
+
+        rows = super().get_queryset()
+        paths = cost_readable_paths(self.request.user)
+        if paths is None:
+            return rows
+        match = Q(pk__in=[])
+        for path in paths:
+            match |= Q(unit__path=path) | Q(unit__path__startswith=f"{path}/")
+        return rows.filter(match)
 
 
 class SourceRunOut(serializers.ModelSerializer):

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import Q, QuerySet
 
-from quotas.models import ChangeRequest, OrgUnit
+from quotas.models import AuditEvent, ChangeRequest, OrgUnit
 
 Viewer = User | AbstractBaseUser | AnonymousUser | None
 
@@ -158,3 +158,25 @@ def signed_in(user: Viewer) -> User:
     if not isinstance(user, User) or not user.is_authenticated:
         raise NotAllowedError("sign in first")
     return user
+
+
+def readable_audit(user: Viewer, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+    """The audit trail's one read rule: an event is readable by whoever may read what it records.
+    Policy (quotas, units, members, bindings, clusters, flavors, contracts, tiers, syncs) is
+    everyone's, like the tree; a change request's events only for those who may read the request
+    (:func:`may_read_request`); findings and reviews only for those who may read the unit's costs
+    (:func:`may_read_costs`); sign-in lockouts (a username and an address) only platform admins.
+    Every surface that shows the audit (the API, the unit page, History) asks this."""
+    if is_platform_admin(user):
+        return events
+    if not getattr(user, "is_authenticated", False):
+        return events.none()
+    requests = [str(pk) for pk in readable_requests(user).values_list("pk", flat=True)]
+    hidden = (Q(object_type="changerequest") & ~Q(object_id__in=requests)) | Q(object_type="signin")
+    paths = cost_readable_paths(user)
+    if paths is not None:
+        costs = Q(pk__in=[])
+        for path in paths:
+            costs |= Q(unit_path=path) | Q(unit_path__startswith=f"{path}/")
+        hidden |= Q(object_type__in=("finding", "review")) & ~costs
+    return events.exclude(hidden)

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from quotas import selectors, services
-from quotas.access import readable_requests
+from quotas.access import readable_audit, readable_requests
 from quotas.errors import InputError
 from quotas.models import (
     AuditEvent,
@@ -46,11 +46,6 @@ from quotas.previews import quota_change_preview
 from quotas.tasks import cluster_sync_task
 
 from . import serializers as s
-
-
-class Conflict(APIException):
-    status_code = 409
-    default_code = "exists"
 
 
 class PreconditionRequired(APIException):
@@ -436,12 +431,6 @@ class QuotaViewSet(ReadViewSet):
     def create(self, request: Request) -> Response:
         """Set a quota that does not exist yet (``version`` 0 is implied); to change one, PATCH it."""
         data = _input(s.QuotaCreateIn, request)
-        existing = Quota.objects.filter(unit=data["unit"], flavor=data["flavor"], resource=data["resource"]).first()
-        if existing is not None:  # a create never updates: that would skip If-Match
-            raise Conflict(
-                f"this quota exists already (id {existing.pk}): change it with PATCH /api/v1/quotas/{existing.pk}/ "
-                f"and If-Match: {existing.etag}"
-            )
         change = services.QuotaChange(
             data["unit"].pk,
             data["flavor"].pk,
@@ -449,7 +438,7 @@ class QuotaViewSet(ReadViewSet):
             data.get("guarantee"),
             data.get("burst"),
             data.get("lendable"),
-            0,  # must not exist yet (checked again under the service's locks)
+            0,  # a create never updates: an existing quota is stale (412, after the access check), PATCH it
         )
         [quota] = services.quota_edit(actor=request.user, reason=_reason(data), changes=[change])
         quota = self.get_queryset().get(pk=quota.pk)
@@ -624,6 +613,10 @@ class AuditViewSet(ReadViewSet):
     queryset = AuditEvent.objects.all()
     serializer_class = s.AuditOut
     filterset_class = AuditFilter
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        """Each event only for whoever may read what it records (quotas.access.readable_audit)."""
+        return readable_audit(self.request.user, super().get_queryset())
 
 
 @extend_schema(responses={200: dict})

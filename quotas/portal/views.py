@@ -19,6 +19,8 @@ from quotas.access import (
     may_read_request,
     may_request,
     may_set_directly,
+    readable_audit,
+    readable_requests,
     request_units,
 )
 from quotas.errors import InputError
@@ -201,7 +203,9 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "namespaces": unit.namespaces.select_related("cluster").order_by("cluster__name"),
             "members": Membership.objects.filter(unit=unit).select_related("user"),
             "leads": unit.leads.all(),
-            "events": AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:10],
+            "events": readable_audit(
+                request.user, AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))
+            )[:10],
             "bars": bars,
             "chart_height": height,
             "may_edit": may_request(request.user, unit),
@@ -209,7 +213,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             # its units' quotas are the lead's (or above) to set: all of them on one form
             "may_rebalance": may_request(request.user, unit) and unit.children.filter(archived_at=None).exists(),
             **_administer(request, unit),
-            "requests": unit.change_requests.filter(status=ChangeRequestStatus.PENDING),
+            "requests": readable_requests(request.user).filter(unit=unit, status=ChangeRequestStatus.PENDING),
         },
     )
 
@@ -268,7 +272,9 @@ def _tiers(unit: OrgUnit) -> list[str]:
 @login_required
 def unit_history(request: HttpRequest, unit_id: int) -> HttpResponse:
     unit = _unit_or_404(unit_id)
-    events = list(AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))[:200])
+    events = list(
+        readable_audit(request.user, AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path)))[:200]
+    )
     runs = enforced_by(events)
     rows = [{**_diff(e), "runs": runs.get(e.pk), "policy": e.action in POLICY_ACTIONS} for e in events]
     return render(request, "quotas/history.html", {"unit": unit, "events": rows})

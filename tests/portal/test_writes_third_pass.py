@@ -59,8 +59,7 @@ def test_post_quotas_never_updates_an_existing_quota(demo, admin_client: Client)
         "reason": "create",
     }  # fmt: skip
     answer = admin_client.post("/api/v1/quotas/", body, content_type="application/json")
-    assert answer.status_code == 409, answer.content
-    assert f"PATCH /api/v1/quotas/{q.pk}/" in answer.json()["detail"] and q.etag in answer.json()["detail"]
+    assert answer.status_code == 412, answer.content  # its version is not 0: stale for a create; PATCH it
     assert Quota.objects.get(pk=q.pk).guarantee == q.guarantee
 
 
@@ -203,3 +202,45 @@ def test_a_review_and_its_files_follow_showbacks_read_rule(demo, settings):
     assert head.get("/api/v1/reviews/").json()["count"] == 1
     settings.ALLOT_SHOWBACK_VISIBILITY = "everyone"
     assert signed_in("viewer").get(f"/reviews/{review.pk}/").status_code == 200
+
+
+# --- 2. the audit trail: one read rule -------------------------------------------------------------
+
+
+def test_the_audit_trail_shows_each_event_only_to_whoever_may_read_what_it_records(demo, settings):
+    from quotas.models import AuditEvent
+
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    request = _pending_request()
+    nlp = unit("acme/research/nlp")
+    secret = request.reason
+    outsider = signed_in("lead-serving")  # leads a team elsewhere: may not read nlp's request
+    assert outsider.get(f"/requests/{request.pk}/").status_code == 403
+    listed = outsider.get("/api/v1/audit/", {"page_size": 500}).json()["results"]
+    assert not [e for e in listed if e["object_type"] == "changerequest" and e["object_id"] == str(request.pk)]
+    assert secret not in outsider.get(f"/units/{nlp.pk}/history/").content.decode()
+    page = outsider.get(f"/units/{nlp.pk}/").content.decode()
+    assert f"/requests/{request.pk}/" not in page  # no link that would answer 403
+    insider = signed_in("lead-nlp")
+    mine = insider.get("/api/v1/audit/", {"page_size": 500}).json()["results"]
+    assert [e for e in mine if e["object_type"] == "changerequest" and e["object_id"] == str(request.pk)]
+    assert secret in insider.get(f"/units/{nlp.pk}/history/").content.decode()
+    AuditEvent.objects.create(
+        at=request.created_at, actor_name="system", action="finding_open", object_type="finding", object_id="1",
+        object_repr="#1 nlp holds 40 idle GPUs", unit_path=nlp.path, reason="detected",
+    )  # fmt: skip
+    assert "nlp holds 40 idle GPUs" not in str(outsider.get("/api/v1/audit/", {"page_size": 500}).json())
+    assert "nlp holds 40 idle GPUs" in str(insider.get("/api/v1/audit/", {"page_size": 500}).json())
+
+
+def test_workload_records_follow_the_usage_read_rule(demo, settings):
+    from accounting.models import WorkloadRecord
+    from quotas.models import Cluster
+
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    nlp = unit("acme/research/nlp")
+    WorkloadRecord.objects.create(
+        cluster=Cluster.objects.get(name="k8s-west"), scheduler_id="w-1", unit=nlp, owner="alice", job_id="nlp/secret"
+    )
+    assert signed_in("lead-serving").get("/api/v1/workload-records/").json()["count"] == 0
+    assert signed_in("lead-nlp").get("/api/v1/workload-records/").json()["count"] == 1

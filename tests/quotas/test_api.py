@@ -110,8 +110,7 @@ def test_create_quota_with_kubernetes_syntax_and_unknown_resource(api, org):
     assert created.status_code == 201, created.json()
     assert created.json()["guarantee"] == 2 * 2**40 and created.json()["display"]["guarantee"] == "2Ti"
     again = api.post("/api/v1/quotas/", body, format="json")
-    assert again.status_code == 409  # exists already: a create never updates; PATCH it with If-Match
-    assert "If-Match" in again.json()["detail"]
+    assert again.status_code == 412  # exists already: PATCH it with If-Match
     unknown = api.post("/api/v1/quotas/", {**body, "resource": "tpu"}, format="json")
     assert unknown.status_code == 400 and "nvidia.com/gpu" in unknown.json()["resource"][0]
     flavor = api.post("/api/v1/quotas/", {**body, "flavor": 999}, format="json")
