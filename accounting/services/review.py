@@ -343,7 +343,11 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
     cover.append(["Month", data.month])
     cover.append(["Generated", data.generated_at.replace(tzinfo=None)])
     for key, value in data.summary.items():
-        cover.append([key, json.dumps(value) if isinstance(value, dict) else value])
+        if key in MONEY_COLUMNS and value is not None:  # a number to add up, not text
+            cover.append([key, float(Decimal(value))])
+            cover.cell(cover.max_row, 2).number_format = "#,##0.00"
+        else:
+            cover.append([key, json.dumps(value) if isinstance(value, dict) else value])
     cover["A1"].font = Font(bold=True, size=14)
     for table, columns in COLUMNS.items():
         sheet = book.create_sheet(table)

@@ -96,14 +96,17 @@ def test_a_reason_is_never_a_formula_in_the_reviews_csv_and_xlsx(demo, tmp_path)
         {"at": "2020-05-02", "actor": "lead-nlp", "unit_path": "acme/nlp", "what": "quota", "reason": evil}
     ]
     data = ReviewData(
-        unit_path="acme", month="2020-05", generated_at=datetime(2020, 6, 1, tzinfo=UTC), tables=tables, summary={}
-    )
+        unit_path="acme", month="2020-05", generated_at=datetime(2020, 6, 1, tzinfo=UTC), tables=tables,
+        summary={"cost": "1234.50", "units": 3},
+    )  # fmt: skip
     [changes] = [p for p in write_csv(data, tmp_path) if p.name == "quota_changes.csv"]
     row = list(csv.reader(io.StringIO(changes.read_text())))[1]
     assert row[4] == "'" + evil
     book = load_workbook(write_xlsx(data, tmp_path / "review.xlsx"))
     cell = book["quota_changes"]["E2"]
     assert cell.data_type == "s" and cell.value == evil  # a string cell, not a formula
+    cost = next(row[1] for row in book["summary"].iter_rows() if row[0].value == "cost")
+    assert cost.value == 1234.5 and cost.data_type == "n"  # issue #27.8: the summary's cost is a number
 
 
 # --- 5. writes answer what they did ----------------------------------------------------------------
