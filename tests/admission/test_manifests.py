@@ -35,7 +35,8 @@ def test_the_webhook_runs_highly_available_with_tls():
     containers = {c["name"]: c for c in docs["Deployment"]["spec"]["template"]["spec"]["containers"]}
     env = {e["name"]: e.get("value") for e in containers["webhook"]["env"]}
     assert containers["webhook"]["args"] == ["webhook"]  # the entrypoint's role: ALLOT_WEBHOOK_ONLY=true
-    assert env["GUNICORN_BIND"].startswith("127.0.0.1:") and env["GUNICORN_WORKER_CLASS"] == "sync"  # behind the front
+    # behind the front, with keep-alive on the front's upstream connections (a sync worker closes each one)
+    assert env["GUNICORN_BIND"].startswith("127.0.0.1:") and env["GUNICORN_WORKER_CLASS"] == "gthread"
     front = {e["name"]: e.get("value") for e in containers["front"]["env"]}
     assert front["ALLOT_NGINX_LISTEN"] == "8443 ssl" and front["ALLOT_NGINX_UPSTREAM"] == env["GUNICORN_BIND"]
     assert "allot-webhook.allot-system.svc" in docs["Certificate"]["spec"]["dnsNames"]
@@ -49,3 +50,8 @@ def test_gunicorn_reuses_connections_and_isolates_slow_clients():
 
     conf = runpy.run_path(str(MANIFESTS.parents[2] / "gunicorn.conf.py"))
     assert conf["worker_class"] == "gthread" and conf["threads"] >= 4 and conf["keepalive"] >= 60
+    front = (MANIFESTS.parent / "nginx-webhook.conf.template").read_text()
+    upstream = front[
+        front.index("upstream allot_webhook {") : front.index("\n}", front.index("upstream allot_webhook"))
+    ]
+    assert "keepalive " in upstream  # nginx keeps its connections to gunicorn: not one per call
