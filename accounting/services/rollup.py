@@ -171,17 +171,10 @@ WHERE {table}.unit_id = m.unit_id AND {table}.flavor_id = m.flavor_id
 def _cadence_sql() -> str:
     """Each unit's checkpoint cadence (seconds) from its effective contract, as a SQL CASE over the
     unit id (one snapshot; units whose contract sets none lose the whole run)."""
-    from quotas.selectors import org_snapshot
-
-    snapshot = org_snapshot()
-    cadence = {}
-    for uid in snapshot.units:
-        contract = snapshot.effective_contract(uid)
-        if contract and contract.checkpoint_every_s:
-            cadence[uid] = int(contract.checkpoint_every_s)
+    cadence = _cadences()
     if not cadence:
         return "1e18"
-    whens = " ".join(f"WHEN {uid} THEN {seconds}" for uid, seconds in sorted(cadence.items()))
+    whens = " ".join(f"WHEN {uid} THEN {int(seconds)}" for uid, seconds in sorted(cadence.items()))
     return f"(CASE a.unit_id {whens} ELSE 1e18 END)"
 
 
@@ -341,6 +334,7 @@ def _build(
 
 
 def _cadences() -> dict[int, float]:
+    """Each unit's checkpoint cadence in seconds, from its effective contract (units without one absent)."""
     from quotas.selectors import org_snapshot
 
     snapshot = org_snapshot()
