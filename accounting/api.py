@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, viewsets
@@ -131,16 +131,11 @@ class WorkloadRecordViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     def get_queryset(self) -> Any:
         """Who ran what (owners, job names) follows the usage's read rule: under
         ALLOT_SHOWBACK_VISIBILITY=leads, the records of the units one leads and below (admins: all)."""
-        from quotas.access import cost_readable_paths
+        from quotas.access import cost_readable_paths, within_any
 
         rows = super().get_queryset()
         paths = cost_readable_paths(self.request.user)
-        if paths is None:
-            return rows
-        match = Q(pk__in=[])
-        for path in paths:
-            match |= Q(unit__path=path) | Q(unit__path__startswith=f"{path}/")
-        return rows.filter(match)
+        return rows if paths is None else rows.filter(within_any("unit__path", paths))
 
 
 class SourceRunOut(serializers.ModelSerializer):

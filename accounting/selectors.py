@@ -558,12 +558,7 @@ def usage_months() -> list[str]:
 def readable_reviews(user: Any) -> Any:
     """The reviews whose costs ``user`` may read (the same rule as showback)."""
     from accounting.models import Review
-    from quotas.access import cost_readable_paths
+    from quotas.access import cost_readable_paths, within_any
 
     paths = cost_readable_paths(user)
-    if paths is None:
-        return Review.objects.all()
-    query = Q(pk__in=[])
-    for path in paths:
-        query |= Q(unit__path=path) | Q(unit__path__startswith=f"{path}/")
-    return Review.objects.filter(query)
+    return Review.objects.all() if paths is None else Review.objects.filter(within_any("unit__path", paths))

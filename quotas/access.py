@@ -160,6 +160,16 @@ def signed_in(user: Viewer) -> User:
     return user
 
 
+def within_any(field: str, paths: Iterable[str]) -> Q:
+    """Rows whose unit path ``field`` is one of ``paths`` or below one (none: no row)."""
+    from quotas.selectors import subtree
+
+    found = Q(pk__in=[])
+    for path in paths:
+        found |= subtree(field, path)
+    return found
+
+
 def readable_audit(user: Viewer, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
     """The audit trail's one read rule: an event is readable by whoever may read what it records.
     Policy (quotas, units, members, bindings, clusters, flavors, contracts, tiers, syncs) is
@@ -175,8 +185,5 @@ def readable_audit(user: Viewer, events: QuerySet[AuditEvent]) -> QuerySet[Audit
     hidden = (Q(object_type="changerequest") & ~Q(object_id__in=requests)) | Q(object_type="signin")
     paths = cost_readable_paths(user)
     if paths is not None:
-        costs = Q(pk__in=[])
-        for path in paths:
-            costs |= Q(unit_path=path) | Q(unit_path__startswith=f"{path}/")
-        hidden |= Q(object_type__in=("finding", "review")) & ~costs
+        hidden |= Q(object_type__in=("finding", "review")) & ~within_any("unit_path", paths)
     return events.exclude(hidden)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kueue.diff import FieldChange
-from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser, clear_limits
+from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser, clear_limits, own_limits
 from .render import account_line, clear_tres, qos_settings, user_line
 
 OURS = re.compile(r"^organisation [a-z0-9-]+$|^(department|team|project) [a-z0-9-]+(/[a-z0-9-]+)+$")
@@ -187,8 +187,7 @@ def _user_drift(want: SlurmUser, have: SlurmUser, accounts: dict[str, SlurmAccou
     """A user association's own Fairshare or limits set by hand (sacctmgr modify user … set MaxJobs=…):
     drift, reset to what Allot writes (Fairshare as compiled, no limits of its own)."""
     account = accounts.get(want.account)
-    inherited = account.limits if account else {}
-    limits = {k: v for k, v in have.limits.items() if inherited.get(k) != v}
+    limits = own_limits(have.limits, account.limits if account else {})
     changes, changed = [], []
     if have.fairshare != want.fairshare:
         changes.append(FieldChange("fairshare", want.fairshare, have.fairshare))
@@ -207,8 +206,7 @@ def _set_here(account: SlurmAccount, accounts: dict[str, SlurmAccount]) -> dict[
     """The limits set on ``account`` itself: ``show assoc`` prints a parent's Max* limits on every
     account under it too, and clearing the parent's clears those."""
     parent = accounts.get(account.parent)
-    inherited = parent.limits if parent else {}
-    return {k: v for k, v in account.limits.items() if inherited.get(k) != v}
+    return own_limits(account.limits, parent.limits if parent else {})
 
 
 def _default_accounts(

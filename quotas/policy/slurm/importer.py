@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from ..snapshot import UnitKind
 from .diff import OURS
-from .model import ACCOUNT_LIMITS, SlurmAccount, SlurmQos, SlurmUser
+from .model import ACCOUNT_LIMITS, SlurmAccount, SlurmQos, SlurmUser, own_limits
 from .parse import PARENT_SHARE
 
 _UNIT_SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -242,19 +242,20 @@ def _limits_lost(found: SlurmImport, accounts: Sequence[SlurmAccount], users: Se
     """Limits set on an account or a user association itself (``show assoc`` repeats an account's
     Max* limits on everything under it) have no place in Allot's tree: each is a loss."""
     by_name = {a.name: a for a in accounts}
+
+    def above(name: str) -> Mapping[str, str]:
+        holder = by_name.get(name)
+        return holder.limits if holder else {}
+
     for account in sorted(accounts, key=lambda a: a.name):
-        parent = by_name.get(account.parent)
-        own = {k: v for k, v in account.limits.items() if (parent.limits if parent else {}).get(k) != v}
-        for key, value in sorted(own.items()):
+        for key, value in sorted(own_limits(account.limits, above(account.parent)).items()):
             found.losses.append(
                 f"account {account.name}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over (Allot keeps "
                 "GPU limits in each unit's QOS and sets no account limit; the sync reports it as drift, and "
                 "removes it when the cluster's drift policy is 'correct'): set the unit's quota in Allot instead"
             )
     for user in sorted(users, key=lambda u: (u.account, u.name)):
-        holder = by_name.get(user.account)
-        own = {k: v for k, v in user.limits.items() if (holder.limits if holder else {}).get(k) != v}
-        for key, value in sorted(own.items()):
+        for key, value in sorted(own_limits(user.limits, above(user.account)).items()):
             found.losses.append(
                 f"user {user.name} in {user.account}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over "
                 "(Allot sets no per-user limit; the sync reports it as drift)"

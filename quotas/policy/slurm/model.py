@@ -67,6 +67,12 @@ QOS_LIMITS = (
 TRES_LIMITS = frozenset(n.lower() for n in (*ACCOUNT_LIMITS, *QOS_LIMITS) if "TRES" in n)
 
 
+def own_limits(limits: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """The limits set at this level: ``show assoc`` prints an account's Max* limits on every
+    association under it too, so one equal to the level above's is that level's."""
+    return {k: v for k, v in limits.items() if inherited.get(k) != v}
+
+
 def clear_limits(limits: Mapping[str, str]) -> tuple[str, ...]:
     """``set`` arguments that remove ``limits`` (lowercase names as read): ``-1`` for a count or a
     time, ``<tres>=-1`` for each TRES of a TRES limit."""
