@@ -86,11 +86,12 @@ def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget
         )
         for o in ([] if target.strict else subtree_overcommit(snapshot, state, target))
     ]
+    contract_at = {u.path: u.contract for u in snapshot.units.values()}  # a violation names where the contract is set
     broken = {(v.unit, v.flavor): v for v in check_promises(snapshot) if v.flavor in flavors}
     for name in sorted(snapshot.contracts):
         c = snapshot.contracts[name]
         subject = f"contract {name}"
-        promise = [v for v in broken.values() if v.message.split(": contract ", 1)[-1].startswith(f"{name} ")]
+        promise = [v for v in broken.values() if contract_at.get(v.unit or "") == name]
         lines.append(
             CoverageLine(
                 subject,
