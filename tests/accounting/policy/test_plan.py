@@ -1,0 +1,195 @@
+"""The governance plan and its backtest, pure: hand-checked cases, and properties on random trees and
+demand (every plan passes the invariant checker as one change; applying it and planning again proposes
+nothing new; the backtest of the observed quotas reproduces a static partition)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accounting.policy.backtest import FlavorDemand, Reclaim, Terms, reproduction_error, simulate, totals
+from accounting.policy.planner import Settings, Verdict, check_plan, evidence, make_plan, need_curve
+from quotas.policy.builder import TreeBuilder
+from quotas.policy.invariants import validate_tree
+from quotas.policy.quantity import Resource
+from quotas.policy.snapshot import Contract, UnitKind
+
+GPU = Resource.GPU
+F = "c/v100"
+
+
+def demand(units, held, queued, observed, *, pool=0, step=60, reclaim=None):
+    held, queued = np.asarray(held, dtype=float), np.asarray(queued, dtype=float)
+    return FlavorDemand(
+        F, tuple(units), step, held, queued, np.ones(held.shape, dtype=bool), observed, pool, reclaim or {}
+    )
+
+
+def test_need_curve_is_the_device_hours_each_device_serves():
+    curve = need_curve(np.array([0.0, 2.0, 3.5, 1.0]), 1.0)
+    # device 1: needed in 3 steps; 2: 2 steps; 3: 1; 4: half a step
+    assert curve == (3.0, 2.0, 1.0, 0.5)
+    assert need_curve(np.array([0.0, 0.0]), 1.0) == ()
+
+
+def test_a_static_partition_is_reproduced_and_the_quota_bound_queue_is_told_from_packing():
+    # unit 1 (G 4): held 2 + queued 4 → quota-bound, fragment 2; unit 2 (G 4): held 1, queued 2 fits the
+    # room of 3 by count yet waited → did not fit
+    d = demand([1, 2], [[2, 4], [1, 1]], [[4, 0], [2, 0]], {1: Terms(4), 2: Terms(4)})
+    today = simulate(d, {})
+    assert today[1].allocated_h == 6 and today[2].allocated_h == 2
+    assert reproduction_error(d, today) == 0
+    assert today[1].queued_h == 4 and today[2].queued_h == 2
+    assert today[2].did_not_fit_minutes == 60 and today[1].did_not_fit_minutes == 0
+    # grow unit 1 to 8: room 6 beyond the held 2, minus the fragment 2 → 4 more; the packing wait stays
+    grown = simulate(d, {1: Terms(8)})
+    assert grown[1].allocated_h == 10 and grown[1].queued_h == 0 and grown[2].queued_h == 2
+
+
+def test_borrowing_idle_lendable_guarantee_within_the_burst():
+    # unit 1 (G 2, burst 4) is quota-bound with 4 queued; unit 2 (G 6, lends 6) holds 1: 5 to lend
+    d = demand([1, 2], [[2], [1]], [[4], [0]], {1: Terms(2, 4), 2: Terms(6, 0, 6)})
+    out = simulate(d, {})
+    assert out[1].borrowed_h == 4 and out[1].queued_h == 0
+    assert out[2].lent_h == 4 and out[2].idle_guarantee_h == 1
+    assert totals(out).allocated_h == 7
+    # the pool is short: unit 2 lends 2 only → unit 1 borrows 2, queues 2
+    short = simulate(d, {2: Terms(6, 0, 2)})
+    assert short[1].borrowed_h == 2 and short[1].queued_h == 2
+
+
+def test_shortfall_counts_reclaims_slower_than_the_contract_promises():
+    # the lender's demand rises while its devices are lent; reclaim takes 5 min against a 2-min promise
+    d = demand(
+        [1, 2], [[2, 2], [0, 4]], [[4, 4], [0, 0]], {1: Terms(2, 4), 2: Terms(4, 0, 4)},
+        reclaim={2: Reclaim(takes_s=300, promised_s=120)},
+    )  # fmt: skip
+    out = simulate(d, {})
+    assert out[2].shortfall_minutes == 3 and out[1].shortfall_minutes == 0
+    kept = replace(d, reclaim={2: Reclaim(takes_s=100, promised_s=120)})
+    assert simulate(kept, {})[2].shortfall_minutes == 0
+
+
+def tree(guarantees, *, parent_g=None, contract=None):
+    b = TreeBuilder()
+    b.flavor(F, 10_000)
+    if contract:
+        b.contracts[contract.name] = contract
+    org = b.unit("org", UnitKind.ORGANISATION, contract=contract.name if contract else None)
+    dept = b.unit("dept", UnitKind.DEPARTMENT, org)
+    total = sum(guarantees) if parent_g is None else parent_g
+    b.quota(org, F, GPU, total)
+    b.quota(dept, F, GPU, total)
+    teams = []
+    for i, g in enumerate(guarantees):
+        t = b.unit(f"t{i}", UnitKind.TEAM, dept)
+        b.quota(t, F, GPU, g)
+        teams.append(t)
+    return b.build(), teams
+
+
+def test_the_plan_moves_idle_guarantee_to_the_queue_and_passes_as_one_change():
+    snap, (busy, idle) = tree([8, 16])
+    steps = 100
+    held = [[8] * steps, [1] * steps]
+    queued = [[8] * steps, [0] * steps]
+    d = demand([busy, idle], held, queued, {busy: Terms(8), idle: Terms(16)})
+    plan = make_plan(snap, evidence(d), lends_idle={F: False}, settings=Settings())
+    after = {i.unit: i.after for i in plan.items}
+    assert after[idle].guarantee == 8  # half of 16 at most in one cycle (the p95 held is 1)
+    assert after[busy].guarantee == 16  # the freed 8 serve its 8 queued, every hour
+    assert after[idle].lendable == 7  # 8 − p95 held 1
+    assert check_plan(snap, plan.edits()) == []
+    verdicts = {i.unit: i.verdict for i in plan.items}
+    assert verdicts == {busy: Verdict.GROW, idle: Verdict.SHRINK}
+    grow = next(i for i in plan.items if i.unit == busy)
+    assert grow.needs  # the grow alone breaks Σ children ≤ parent: it needs the shrink
+    assert check_plan(snap, plan.edits([plan.items.index(grow), *grow.needs])) == []
+    what_if = simulate(d, {u: Terms(q.guarantee, q.burst, q.lendable) for u, q in after.items()})
+    assert totals(what_if).queued_h < totals(simulate(d, {})).queued_h
+
+
+def test_demand_above_what_the_parent_holds_is_named_not_proposed():
+    snap, (a, b) = tree([8, 8])
+    d = demand([a, b], [[8] * 10, [8] * 10], [[8] * 10, [8] * 10], {a: Terms(8), b: Terms(8)})
+    plan = make_plan(snap, evidence(d), lends_idle={F: False}, settings=Settings())
+    assert all(i.after.guarantee == 8 for i in plan.items)
+    (unmet,) = plan.unmet
+    assert unmet.parent == "org/dept" and unmet.devices == 16 and "org" in unmet.gives
+    assert check_plan(snap, plan.edits()) == []
+
+
+def test_a_new_borrower_that_would_break_a_promise_is_not_proposed():
+    slow = Contract("slow", reclaim_within_s=60, grace_period_s=600, min_run_window_s=600)
+    snap, (busy, idle) = tree([8, 16], contract=slow)
+    d = demand([busy, idle], [[8] * 50, [1] * 50], [[16] * 50, [0] * 50], {busy: Terms(8), idle: Terms(16)})
+    plan = make_plan(snap, evidence(d), lends_idle={F: False}, settings=Settings())
+    assert check_plan(snap, plan.edits()) == []
+    assert all(i.after.burst == 0 for i in plan.items)  # burst would break slow's 60 s promise
+    assert plan.dropped
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(1, 5))
+    guarantees = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    spare = draw(st.integers(0, 30))
+    bursts = draw(st.lists(st.integers(0, 10), min_size=n, max_size=n))
+    steps = draw(st.integers(1, 24))
+    held = [draw(st.lists(st.integers(0, g + 5), min_size=steps, max_size=steps)) for g in guarantees]
+    queued = [draw(st.lists(st.integers(0, 30), min_size=steps, max_size=steps)) for _ in guarantees]
+    lends = draw(st.booleans())
+    promises = draw(st.lists(st.tuples(st.integers(30, 900), st.integers(0, 600)), min_size=2, max_size=2))
+    return guarantees, spare, bursts, held, queued, lends, promises
+
+
+@given(scenarios())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_plan_passes_the_invariants_and_applying_it_proposes_nothing_new(case):
+    guarantees, spare, bursts, held, queued, lends, promises = case
+    (within_a, window_a), (within_b, window_b) = promises
+    org_contract = Contract("org", reclaim_within_s=within_a + window_a + 70, grace_period_s=60,
+                            min_run_window_s=window_a)  # fmt: skip
+    snap, teams = tree(guarantees, parent_g=sum(guarantees) + spare, contract=org_contract)
+    team_contract = Contract("team", reclaim_within_s=within_b + window_b + 70, grace_period_s=60,
+                             min_run_window_s=window_b)  # fmt: skip
+    units = dict(snap.units)
+    units[teams[0]] = replace(units[teams[0]], contract="team")
+    snap = replace(snap, units=units, contracts={**snap.contracts, "team": team_contract})
+    quotas = dict(snap.quotas)
+    for t, burst in zip(teams, bursts, strict=True):
+        q = quotas[(t, F, GPU)]
+        quotas[(t, F, GPU)] = replace(q, burst=min(burst, sum(guarantees) + spare - q.guarantee))
+    snap = replace(snap, quotas=MappingProxyType(quotas))
+    if validate_tree(snap):  # the drawn contracts break a promise already: nothing sound to plan from
+        return
+    observed = {t: Terms(snap.quota(t, F, GPU).guarantee, snap.quota(t, F, GPU).burst) for t in teams}
+    d = demand(teams, held, queued, observed)
+    found = evidence(d)
+    plan = make_plan(snap, found, lends_idle={F: not lends}, settings=Settings())
+    assert check_plan(snap, plan.edits()) == []
+    applied = replace(snap, quotas=MappingProxyType({**snap.quotas, **plan.edits()}))
+    assert validate_tree(applied) == []
+    again = make_plan(applied, found, lends_idle={F: not lends}, settings=Settings())
+    assert again.items == ()
+    for item in plan.items:  # each item alone, or with the items it names, passes too
+        assert check_plan(snap, plan.edits([plan.items.index(item), *item.needs])) == []
+
+
+@given(scenarios())
+@settings(max_examples=100, deadline=None)
+def test_without_borrowing_the_observed_quotas_reproduce_what_happened(case):
+    guarantees, _, _, held, queued, _, _ = case
+    held = [[min(h, g) for h in row] for row, g in zip(held, guarantees, strict=True)]
+    units = list(range(1, len(guarantees) + 1))
+    d = demand(units, held, queued, {u: Terms(g) for u, g in zip(units, guarantees, strict=True)})
+    out = simulate(d, {})
+    assert reproduction_error(d, out) == pytest.approx(0, abs=1e-12)
+    for i, u in enumerate(units):
+        assert out[u].allocated_h == pytest.approx(sum(held[i]))
+        assert out[u].queued_h == pytest.approx(sum(queued[i]))
