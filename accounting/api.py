@@ -72,6 +72,10 @@ USAGE_ROWS = inline_serializer(
         "expected_minutes": serializers.IntegerField(allow_null=True),
         "gap_minutes": serializers.IntegerField(allow_null=True, help_text="Minutes of the window without telemetry."),
         "coverage": serializers.FloatField(allow_null=True, help_text="Share of the window with telemetry."),
+        "full_share": serializers.FloatField(
+            allow_null=True,
+            help_text="Share of minutes with telemetry held at ≥ 90 % of the guarantee (SC '21's measure).",
+        ),
         "productive_estimated_hours": serializers.IntegerField(),
     },
 )
@@ -327,6 +331,10 @@ FAIRNESS = inline_serializer(
     fields={
         "period": PERIOD,
         "within": serializers.CharField(),
+        "job_records": serializers.BooleanField(
+            help_text="False: the period's usage has no per-workload records (a replayed minute series), so "
+            "workloads, waits, pending and preemptions are not measured."
+        ),
         "units": inline_serializer(
             "FairnessUnit",
             many=True,
@@ -345,11 +353,17 @@ FAIRNESS = inline_serializer(
                 "preemptions_caused": serializers.IntegerField(
                     help_text="Borrowers reclaimed to give it its guarantee."
                 ),
-                "guarantee_delivered": serializers.FloatField(
-                    allow_null=True, help_text="Share of the time its demand reached its guarantee that it held it."
+                "held_guarantee_when_wanted": serializers.FloatField(
+                    allow_null=True,
+                    help_text="Of the time its demand reached its guarantee, the share in which it held all of it.",
                 ),
-                "demand_at_guarantee": serializers.DictField(
-                    allow_null=True, help_text="count and unit (minutes|hours)"
+                "wanted_guarantee": serializers.DictField(allow_null=True, help_text="count and unit (minutes|hours)"),
+                "waited_while_lent_hours": serializers.IntegerField(
+                    allow_null=True, help_text="Hours it held less than its guarantee, work waited, devices were lent."
+                ),
+                "did_not_fit_hours": serializers.IntegerField(
+                    allow_null=True,
+                    help_text="Hours it held less, work waited, nothing was lent: the work did not fit.",
                 ),
             },
         ),

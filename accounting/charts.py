@@ -9,9 +9,10 @@ average devices over the hours that had telemetry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 WITHIN, BORROWED, PENDING, GUARANTEE, CEILING, GAP = "#3b6fd8", "#e3a21a", "#c9d8f5", "#1d2430", "#b3261e", "#e8ecf1"
 LENT, ACTIVE = "#2e9e6a", "#111111"
@@ -30,6 +31,10 @@ class Day:
     pending: float
     active: float | None = None
     """Measured activity (device-hours); None where nothing measured it."""
+    full_minutes: int = 0
+    """Unit-minutes held at ≥ 90 % of the guarantee (units with a guarantee only)."""
+    minutes: int = 0
+    """Unit-minutes with telemetry."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class UsageChart:
     active: list[tuple[float, float, float, str]] = field(default_factory=list)
     """Ticks at the measured activity: x1, x2, y, title."""
     measured: bool = False
+    full_share: float | None = None
+    """Share of the charted minutes with telemetry held at ≥ 90 % of the guarantee (SC '21's measure)."""
 
 
 def usage_chart(
@@ -108,8 +115,10 @@ def usage_chart(
         if i % every == 0 and (i < len(days) - 2 or len(days) < 4)
     ]
     ceiling_line = f"{left},{y(ceiling):.1f} {width - 4},{y(ceiling):.1f}"
+    minutes = sum(d.minutes for d in days)
+    full = sum(d.full_minutes for d in days) / minutes if minutes else None
     return UsageChart(
-        rects, " ".join(guarantee_points), ceiling_line, ticks, labels, width, height, top, active, bool(active)
+        rects, " ".join(guarantee_points), ceiling_line, ticks, labels, width, height, top, active, bool(active), full
     )
 
 
@@ -138,3 +147,30 @@ def evidence_chart(daily: Sequence[Sequence[object]], guarantee: float | None, *
         rects.append(Rect(i * step, y(held), step - 2, height - y(held), WITHIN, title))
         rects.append(Rect(i * step, y(held + queued), step - 2, y(held) - y(held + queued), PENDING, title))
     return Spark(rects, y(guarantee) if guarantee else None, len(rows) * step, height)
+
+
+def comparison_rows(units: Sequence[Mapping[str, Any]], *, after: str = "proposed") -> list[dict[str, Any]]:
+    """Before/after bars for a what-if or a plan: per unit, queued and idle guarantee device-hours
+    this month and with the change, as widths in % of the largest value shown (numbers beside them)."""
+    largest = max(
+        [1.0]
+        + [float(u[side][m]) for u in units for side in ("today", after) for m in ("queued_h", "idle_guarantee_h")]
+    )
+    rows = []
+    for u in units:
+        before, then = u["today"], u[after]
+        rows.append(
+            {
+                "unit_path": u["unit_path"],
+                "name": u["unit_path"].rsplit("/", 1)[-1],
+                "flavor": u["flavor"],
+                "changed": u.get("changed", False),
+                "guarantee": (before["guarantee"], then["guarantee"]),
+                "queued": (before["queued_h"], then["queued_h"]),
+                "queued_pct": (100 * before["queued_h"] / largest, 100 * then["queued_h"] / largest),
+                "idle": (before["idle_guarantee_h"], then["idle_guarantee_h"]),
+                "idle_pct": (100 * before["idle_guarantee_h"] / largest, 100 * then["idle_guarantee_h"] / largest),
+                "full": (before["full_share"], then["full_share"]),
+            }
+        )
+    return rows

@@ -67,6 +67,7 @@ def usage_summary(
         .annotate(
             **totals,
             telemetry_minutes=Sum("minutes"),
+            full_minutes=Sum("minutes_full"),
             pairs=Count(F("unit_id") * 1_000_003 + F("flavor_id"), distinct=True),
             productive_estimated_hours=Count("id", filter=Q(productive_estimated=True)),
         )
@@ -77,22 +78,62 @@ def usage_summary(
         for measure in MEASURES:
             value = row[f"{measure}_h"]
             row[f"{measure}_h"] = round(value, 3) if value is not None else None
-        expected = _expected_minutes(row, start, end, period)
-        row["expected_minutes"] = expected
-        row["gap_minutes"] = max(0, expected - row["telemetry_minutes"]) if expected is not None else None
-        row["coverage"] = round(row["telemetry_minutes"] / expected, 4) if expected else None
+        full = row.pop("full_minutes") or 0
+        row["full_share"] = round(full / row["telemetry_minutes"], 4) if row["telemetry_minutes"] else None
+        _coverage(row, start, end, period)
         out.append(row)
+    if period and out:
+        out = _with_gaps(out, list(keys), period, start, end)
     return out
 
 
+def _coverage(row: dict[str, Any], start: datetime | None, end: datetime | None, period: str) -> None:
+    expected = _expected_minutes(row, start, end, period)
+    row["expected_minutes"] = expected
+    row["gap_minutes"] = max(0, expected - row["telemetry_minutes"]) if expected is not None else None
+    row["coverage"] = round(row["telemetry_minutes"] / expected, 4) if expected else None
+
+
+def _with_gaps(
+    rows: list[dict[str, Any]], keys: list[str], period: str, start: datetime | None, end: datetime | None
+) -> list[dict[str, Any]]:
+    """Grouped by day or month, a period without any telemetry is a row of its own (measures null,
+    coverage 0, its gap counted), never a missing line: from ``start`` (or the first period seen) to
+    ``end`` (or the last), for every group of the other keys."""
+    others = [k for k in keys if k != "period"]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for each in rows:
+        groups.setdefault(tuple(each[k] for k in others), []).append(each)
+    out = []
+    for group, seen in groups.items():
+        have = {r["period"]: r for r in seen}
+        first = _period_start(start, period) if start else min(have)
+        last = max(have) if end is None else end
+        moment = first
+        while moment < last or (end is None and moment == last):
+            row: dict[str, Any] | None = have.get(moment)
+            if row is None:
+                row = {**dict(zip(others, group, strict=True)), "period": moment, "telemetry_minutes": 0,
+                       "pairs": max(r["pairs"] for r in seen), "productive_estimated_hours": 0, "full_share": None,
+                       **{f"{m}_h": None for m in MEASURES}}  # fmt: skip
+                _coverage(row, start, end, period)
+            out.append(row)
+            moment = _next(moment, period)
+    return sorted(out, key=lambda r: tuple(r[k] for k in keys))
+
+
 def _expected_minutes(row: dict[str, Any], start: datetime | None, end: datetime | None, period: str) -> int | None:
-    if start is None or end is None:
+    """Minutes of telemetry the row should have: its pairs × the window's minutes — clipped to its day
+    or month when grouped by one (a whole day or month when no window was given)."""
+    if not period and (start is None or end is None):
         return None
-    lo, hi = start, end
     if period:
         first = row["period"]
         following = first + timedelta(days=1) if period == "day" else (first + timedelta(days=32)).replace(day=1)
-        lo, hi = max(lo, first), min(hi, following)
+        lo, hi = max(start or first, first), min(end or following, following)
+    else:
+        assert start is not None and end is not None
+        lo, hi = start, end
     return max(0, int((hi - lo).total_seconds() // 60)) * int(row["pairs"])
 
 
@@ -133,6 +174,7 @@ def unit_usage_days(path: str, *, period: str = "day") -> list[Any]:
         .annotate(p=trunc("hour"))
         .values("p")
         .annotate(
+            guaranteed=Sum("minutes", filter=Q(guarantee__gt=0)),  # before "minutes" names the sum
             minutes=Sum("minutes"),
             pairs=Count(F("unit_id") * 1_000_003 + F("flavor_id"), distinct=True),
             within=Sum("within"),
@@ -140,6 +182,7 @@ def unit_usage_days(path: str, *, period: str = "day") -> list[Any]:
             lent=Sum("lent"),
             pending=Sum("pending"),
             active=Sum("active"),
+            full=Sum("minutes_full"),
         )
     }
     out = []
@@ -150,8 +193,9 @@ def unit_usage_days(path: str, *, period: str = "day") -> list[Any]:
             continue
         hours = row["minutes"] / 60 / row["pairs"]
         out.append(
-            Day(begins.date(), hours, 0.0, row["within"], row["borrowed"], row["lent"], row["pending"], row["active"])
-        )
+            Day(begins.date(), hours, 0.0, row["within"], row["borrowed"], row["lent"], row["pending"], row["active"],
+                int(row["full"] or 0), int(row["guaranteed"] or 0))
+        )  # fmt: skip
     return out
 
 
@@ -248,6 +292,7 @@ def unit_flavor_usage(rows: QuerySet[UsageHour], *, with_units: Iterable[int] = 
         for r in rows.values("unit_id", "flavor_id").annotate(
             g=Sum("guarantee"), a=Sum("allocated"), w=Sum("within"), b=Sum("borrowed"), lent_h=Sum("lent"),
             p=Sum("pending"), act=Sum("active"), prod=Sum("productive"),
+            full=Sum("minutes_full"), mins=Sum("minutes"),
             est=Count("id", filter=Q(productive_estimated=True)),
             hours=Count("id", filter=Q(minutes__gt=0)),
             above=Count("id", filter=Q(minutes__gt=0) & Q(guarantee__lt=F("allocated") + F("pending"))),
@@ -494,6 +539,18 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
         .annotate(d=Count("id", filter=hourly), g=Count("id", filter=hourly & Q(guarantee__lte=F("within") + 1e-6)))
     ):
         delivered[r["unit_id"]] = (r["d"], r["g"], "hours")
+    # Why it held less than its guarantee while work waited (DESIGN, "a starting point for the split"):
+    # devices of its guarantee were lent to others (a reclaim was due: the contract's promise is what to
+    # check), or nothing was lent and the queued work did not fit its free devices (packing)
+    short = Q(guarantee__gt=0, pending__gt=0) & Q(allocated__lt=F("guarantee") - 1e-6)
+    split = {
+        r["unit_id"]: (r["while_lent"], r["no_fit"])
+        for r in hours.values("unit_id").annotate(
+            while_lent=Count("id", filter=short & Q(lent__gt=1e-6)),
+            no_fit=Count("id", filter=short & Q(lent__lte=1e-6)),
+        )
+    }
+    jobs = records.exists() or pending.exists()
     units = {u for u, _ in summaries} | set(oldest) | set(suffered) | set(caused) | set(delivered)
     names = {u["id"]: u for u in OrgUnit.objects.filter(id__in=units).values("id", "path", "depth", "parent__path")}
     rows = []
@@ -522,15 +579,18 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
                 "oldest_pending": oldest.get(uid),
                 "preemptions_suffered": suffered.get(uid, 0),
                 "preemptions_caused": caused.get(uid, 0),
-                "guarantee_delivered": round(share, 4)
+                "held_guarantee_when_wanted": round(share, 4)
                 if d and (share := delivered_share(d[0], d[1])) is not None
                 else None,
-                "demand_at_guarantee": {"count": d[0], "unit": d[2]} if d else None,
+                "wanted_guarantee": {"count": d[0], "unit": d[2]} if d else None,
+                "waited_while_lent_hours": split.get(uid, (0, 0))[0] if uid in split else None,
+                "did_not_fit_hours": split.get(uid, (0, 0))[1] if uid in split else None,
             }
         )
     return {
         "period": {"label": period.label, "start": start, "end": end, "hours": period.hours},
         "within": within,
+        "job_records": jobs,
         "units": rows,
     }
 

@@ -24,7 +24,7 @@ from accounting.selectors import (
     visible_findings,
 )
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
-from accounting.services.review import last_month, review_accept
+from accounting.services.review import last_month, review_accept, review_accept_plan
 from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError, form_id
 from quotas.policy.violations import PolicyViolationError
@@ -143,6 +143,7 @@ def fairness_page(request: HttpRequest) -> HttpResponse:
             for row in report["units"]:
                 groups.setdefault(row["parent_path"] or "", []).append(row)
             context["groups"] = sorted(groups.items())
+            context["job_records"] = report["job_records"]
     return render(request, "accounting/fairness.html", context)
 
 
@@ -202,14 +203,37 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
     _may_read_review(request, review.unit.path)
     if request.method == "POST":
         try:
-            change = review_accept(actor=request.user, review=review, index=_index(request.POST.get("index")))
+            if request.POST.get("action") == "plan":
+                change = review_accept_plan(actor=request.user, review=review, reason=request.POST.get("reason", ""))
+            else:
+                change = review_accept(actor=request.user, review=review, index=_index(request.POST.get("index")))
         except (InputError, NotAllowedError, PolicyViolationError, ValueError) as exc:
             messages.error(request, f"Could not request it: {exc}")
         else:
             messages.success(request, f"Change request #{change.pk} sent for approval.")
             return redirect("quotas:request", request_id=change.pk)
     files = [(name, digest) for name, digest in sorted(review.files.items())]
-    return render(request, "accounting/review.html", {"review": review, "files": files})
+    return render(request, "accounting/review.html", {"review": review, "files": files, **_plan_picture(review)})
+
+
+def _plan_picture(review: Review) -> dict[str, Any]:
+    """The plan's before/after bars for the review page (the plan as it stands now: a change since the
+    review was built shows here first)."""
+    from accounting.charts import comparison_rows
+    from accounting.services.plan import governance_plan
+
+    try:
+        report = governance_plan(review.unit, review.month)
+    except ValueError:
+        return {"plan_rows": []}
+    units = [
+        u
+        for u in report.as_dict()["backtest"]["units"]
+        if u["item"] is not None or u["today"]["queued_h"] or u["plan"]["queued_h"]
+    ]
+    for u in units:
+        u["changed"] = u["item"] is not None
+    return {"plan_rows": comparison_rows(units, after="plan"), "plan_now": report.totals()}
 
 
 @login_required

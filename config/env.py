@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -30,14 +31,22 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false")
 
 
-def env_int(name: str, default: int) -> int:
+def _number(name: str, default: float, kind: type, what: str) -> Any:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from exc
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from exc
+
+
+def env_int(name: str, default: int) -> int:
+    return int(_number(name, default, int, "a whole number"))
+
+
+def env_float(name: str, default: float) -> float:
+    return float(_number(name, default, float, "a number (e.g. 0.5)"))
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

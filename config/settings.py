@@ -15,8 +15,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from accounting.policy.findings import Thresholds
+from accounting.policy.planner import Settings as PlanSettings
 from admission.policy.model import DEFAULT_CONTROLLERS
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str
 from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -327,6 +328,19 @@ ALLOT_FINDINGS_THRESHOLDS = {
     if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
 }
 ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
+# The governance plan (accounting/policy/planner.py Settings): how far one cycle may move a guarantee —
+# ALLOT_PLAN_MAX_MOVE_SHARE of it (default 0.5) or ALLOT_PLAN_MAX_MOVE_MIN devices (default 8, one node),
+# whichever is more: a guarantee is a promise people planned against, so it changes by steps they can
+# follow — and how often a device must be needed to be guaranteed (ALLOT_PLAN_MIN_NEED_SHARE, default
+# 0.05: the guarantee covers the 95th percentile of need; rarer peaks borrow).
+ALLOT_PLAN = {
+    "max_move_share": env_float("ALLOT_PLAN_MAX_MOVE_SHARE", 0.5),
+    "max_move_min": env_int("ALLOT_PLAN_MAX_MOVE_MIN", 8),
+    "min_need_share": env_float("ALLOT_PLAN_MIN_NEED_SHARE", 0.05),
+}
+_plan_problems = PlanSettings(**ALLOT_PLAN).problems()  # type: ignore[arg-type]  # floats and ints as typed
+if _plan_problems:
+    raise ImproperlyConfigured("ALLOT_PLAN_*: " + "; ".join(_plan_problems))
 # Monthly governance reviews: beat builds last month's on the 1st; their files are kept in the database.
 # ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.

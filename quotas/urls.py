@@ -1,5 +1,6 @@
 from django.urls import path
 
+from accounting import plan_views
 from accounting import views as accounting_views
 from quotas.portal import admin, clusters, edit, rebalance, views
 
@@ -28,4 +29,5 @@ urlpatterns = [
     path("reviews/<int:review_id>/", accounting_views.review_page, name="review"),
     path("reviews/<int:review_id>/files/<path:name>", accounting_views.review_file, name="review-file"),
     path("findings/<int:finding_id>/act/", accounting_views.finding_act, name="finding-act"),
+    path("units/<int:unit_id>/what-if/", plan_views.quota_what_if, name="what-if"),
 ]

@@ -9,8 +9,11 @@ each unit got. Pure: per-workload waits and runs in, summaries out.
   not unfairness);
 * **preemptions** suffered (its workloads evicted by preemption) and caused (borrowers preempted to
   give it back its guarantee);
-* **guarantee delivered** — of the minutes in which a unit's demand (held + queued) reached its
-  guarantee, the share in which it actually held its guarantee.
+* **held its guarantee when it wanted it** — of the minutes in which a unit's demand (held + queued)
+  reached its guarantee, the share in which it held all of it. Not "guarantee delivered": on a real
+  month most of the rest is queued work that did not fit the few free devices (packing), not a broken
+  promise — the report splits the hours it held less while work waited into those in which devices of
+  its guarantee were lent out (a reclaim was due) and those in which nothing was lent (did not fit).
 """
 
 from __future__ import annotations
@@ -67,5 +70,5 @@ def by_unit_and_tier(outcomes: Iterable[Outcome]) -> dict[tuple[int, str], Summa
 
 
 def delivered_share(demand_minutes: int, delivered_minutes: int) -> float | None:
-    """Guarantee delivered; None when its demand never reached its guarantee (nothing to deliver)."""
+    """Held its guarantee when it wanted it; None when its demand never reached its guarantee."""
     return delivered_minutes / demand_minutes if demand_minutes else None

@@ -1,8 +1,8 @@
 """The governance plan: one set of quota changes per organisation (or department) and period that
 passes every invariant *as one change*, built from the period's real demand. Pure.
 
-Per flavor and per parent, the parent's guarantee is shared among its leaf children that have
-demand evidence (the others keep theirs):
+Per flavor and per parent, the parent's guarantee is shared among its children that have demand
+evidence (the others keep theirs):
 
 * each child's **need** per step is what it held, plus — where its queue was quota-bound (see
   ``backtest.classify``) — its fragment and its queued devices: the guarantee that would have served
@@ -11,6 +11,8 @@ demand evidence (the others keep theirs):
   the best split of a fixed total;
 * a device is guaranteed only when it is needed in at least ``min_need_share`` of the period's steps
   (default 5 %: the guarantee covers the 95th percentile of need; rarer peaks borrow);
+* a unit with units inside it and usage of its own is planned like the others, never below its
+  children's sum, and before its children (its planned guarantee is what they share);
 * a guarantee never goes below the child's own demand evidence (the 95th percentile of what it held)
   nor its children's sum, and moves at most ``max_move_share`` of the period's guarantee (at least
   ``max_move_min`` devices) in one cycle: a guarantee is a promise people planned against;
@@ -218,14 +220,15 @@ def make_plan(
         unit = snapshot.units.get(e.unit)
         if unit is None or unit.parent_id is None or unit.parent_id not in snapshot.units:
             kept[(e.unit, e.flavor)] = "not a unit the plan can change (archived, or a top-level unit)"
-        elif snapshot.children.get(e.unit):
-            kept[(e.unit, e.flavor)] = "its children's guarantees are planned, not its own"
         else:
             by_parent.setdefault((unit.parent_id, e.flavor), []).append(e)
     targets: dict[tuple[int, str], Quota] = {}
     values: dict[tuple[int, str], tuple[float, str]] = {}
     unmet: list[Unmet] = []
-    for (parent, flavor), group in sorted(by_parent.items()):
+    # parents first: a unit planned in its parent's group is the budget of its own children's group
+    order = sorted(by_parent, key=lambda k: (len(snapshot.ancestors(k[0])), k))
+    for parent, flavor in order:
+        group = by_parent[(parent, flavor)]
         _plan_group(snapshot, parent, flavor, sorted(group, key=lambda e: e.unit), lends_idle, settings, targets,
                     values, unmet)  # fmt: skip
     return _feasible(snapshot, targets, values, kept, unmet, settings)
@@ -243,7 +246,7 @@ def _plan_group(
     unmet: list[Unmet],
 ) -> None:
     planned = {e.unit for e in group}
-    top = snapshot.quota(parent, flavor, GPU)
+    top = targets.get((parent, flavor)) or snapshot.quota(parent, flavor, GPU)
     others = sum(
         snapshot.quota(c, flavor, GPU).guarantee for c in snapshot.children.get(parent, ()) if c not in planned
     )
@@ -307,7 +310,13 @@ def _plan_group(
             values[(e.unit, flavor)] = (gained, f"its need was above {ref} in {_share(curve, ref, e.hours)} of hours")
         elif g < ref:
             idle = sum(e.hours - (curve[x] if x < len(curve) else 0.0) for x in range(g, ref))
-            values[(e.unit, flavor)] = (idle, f"its 95th percentile of need was {e.p95_need} of {ref}")
+            why = f"its 95th percentile of need was {e.p95_need} of {ref}"
+            inside = _children_sum(snapshot, e.unit, flavor)
+            if g == inside and g > e.p95_need:
+                why += f"; {g} is what the units inside it are guaranteed"
+            elif g > e.p95_need and g == ref - max(s.max_move_min, math.ceil(s.max_move_share * ref)):
+                why += f"; {ref - g} is as far as a guarantee moves in one cycle"
+            values[(e.unit, flavor)] = (idle, why)
         elif g == floors[e.unit] and e.p95_held >= ref:
             held = f"95 % of hours it held {e.p95_held} or fewer of {ref}: no idle part to give"
             values[(e.unit, flavor)] = (0.0, held)

@@ -92,8 +92,12 @@ def findings_detect(
     found: list[Found] = []
     start = end - timedelta(days=th.idle_window_days)
     windows = unit_windows(start, end, th, prices)
-    found += _with_stranded(idle_guarantees(windows, th, start, end), start, end)
-    found += demand_above_guarantee(windows, th, start, end)
+    found += _with_plan(
+        _with_stranded(idle_guarantees(windows, th, start, end), start, end)
+        + demand_above_guarantee(windows, th, start, end),
+        start,
+        end,
+    )
     reservation_start = end - timedelta(days=th.reservation_window_days)
     found += idle_reservations(reservation_windows(reservation_start, end, prices), th, reservation_start, end)
     found += zombie_allocations(quiet_spans(start, end, th, prices), th)
@@ -123,6 +127,44 @@ def _with_stranded(found: list[Found], start: datetime, end: datetime) -> list[F
             }
             item = replace(item, evidence=evidence)
         out.append(item)
+    return out
+
+
+def _with_plan(found: list[Found], start: datetime, end: datetime) -> list[Found]:
+    """A quota finding's suggestion is the governance plan's item for its unit and flavor over the same
+    window (``accounting.services.plan``), so a finding, the review and the API never disagree: the
+    item's change where it passes the invariants on its own, else what it needs; where the plan keeps
+    the quota, why."""
+    from accounting.services.plan import plan_for
+    from accounting.services.review_plan import sentence
+
+    if not found:
+        return found
+    keys = {f.pk: f"{f.cluster.name}/{f.name}" for f in ResourceFlavor.objects.select_related("cluster")}
+    roots = dict(OrgUnit.objects.filter(pk__in={x.unit for x in found if x.unit}).values_list("id", "path"))
+    label = f"{start:%Y-%m-%d %H:00} – {end:%Y-%m-%d %H:00}"
+    out = []
+    for item in found:
+        if item.unit is None or item.flavor is None or item.unit not in roots:
+            out.append(item)
+            continue
+        report = plan_for(roots[item.unit].split("/", 1)[0], start, end, label)
+        verdict = report.verdict(item.unit, keys[item.flavor])
+        if verdict["item"] is None:
+            text = f"The plan for {label} keeps this quota: {verdict['reason']}."
+            out.append(replace(item, suggestion=text, action=None, evidence={**item.evidence, "plan": verdict}))
+            continue
+        step = report.plan.items[verdict["item"]]
+        text = f"The plan for {label}: {sentence(step)} on {step.flavor} — {step.reason}."
+        action: dict[str, Any] | None = {
+            "unit": step.unit, "flavor": item.flavor, "guarantee": step.after.guarantee, "burst": step.after.burst,
+            "lendable": step.after.lendable,
+        }  # fmt: skip
+        if step.needs:
+            others = ", ".join(report.plan.items[n].path.rsplit("/", 1)[-1] for n in step.needs[:6])
+            text += f" It needs the plan's changes to {others} as well: accept the plan as one change request."
+            action = None
+        out.append(replace(item, suggestion=text, action=action, evidence={**item.evidence, "plan": verdict}))
     return out
 
 
@@ -483,14 +525,14 @@ def _live(finding: Finding) -> Finding:
 
 def request_suggested_change(*, actor: Viewer, action: Mapping[str, Any], reason: str) -> ChangeRequest:
     """A change request for a suggested quota change (a finding's or a review's): ``unit``,
-    ``flavor`` and ``guarantee`` and/or ``lendable``. A smaller guarantee given alone brings a larger
+    ``flavor`` and ``guarantee``, ``burst`` and/or ``lendable``. A smaller guarantee given alone brings a larger
     lendable part down with it (lendable ≤ guarantee). Approved through the usual flow."""
-    guarantee, lendable = action.get("guarantee"), action.get("lendable")
+    guarantee, lendable, burst = action.get("guarantee"), action.get("lendable"), action.get("burst")
     if guarantee is not None and lendable is None:
         current = Quota.objects.filter(unit_id=action["unit"], flavor_id=action["flavor"], resource=GPU).first()
         if current and current.lendable > guarantee:
             lendable = guarantee
-    change = QuotaChange(int(action["unit"]), int(action["flavor"]), Resource.GPU, guarantee, None, lendable)
+    change = QuotaChange(int(action["unit"]), int(action["flavor"]), Resource.GPU, guarantee, burst, lendable)
     return change_request_submit(actor=actor, reason=reason[:2000], changes=[change])
 
 

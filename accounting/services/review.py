@@ -6,14 +6,20 @@ Tables, each with stable column names (``COLUMNS``; the README lists them):
 
 * ``units`` — per unit and flavor: the quota, the month's device-hours (allocated, within, borrowed,
   lent, pending, active, productive and whether it is estimated), telemetry coverage, cost, idle cost
-  and lent credit, fairness (wait p95, slowdown p95, guarantee delivered), findings opened and
-  resolved, the verdict, last month's allocated hours and cost where there is a last month, and
-  contract compliance: reclaims of its guarantee within and beyond the contract's promise;
-* ``recommendations`` — one per guarantee (``accounting.policy.review``), with its evidence and the
-  change request it would create (or did);
+  and lent credit, fairness (wait p95, slowdown p95), the share of minutes at ≥ 90 % of the guarantee,
+  guarantee shortfall and did-not-fit minutes and the queue and idle guarantee the plan would have
+  left (the backtest), findings open during the month and resolved in it, the verdict, last month's
+  allocated hours and cost where there is a last month, and contract compliance: reclaims of its
+  guarantee within and beyond the contract's promise;
+* ``recommendations`` — one per unit and flavor: the governance plan's item
+  (``accounting.services.plan``: the same verdict the findings, the portal and the API give), with its
+  evidence, the items it needs, and the change request it became;
 * ``quota_changes`` — every quota change of the month from the audit trail: when, who, why, before → after;
-* ``findings`` — the findings opened or closed in the month;
+* ``findings`` — the findings open at any time in the month (opened earlier and still open included);
 * ``coverage`` — hours with and without telemetry per flavor, and where usage came from.
+
+The summary leads with the plan: what it changes, what it would have done to the month (backtest) and
+what it cannot fix; it names the days without telemetry and the fleet's cost beside the units'.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounting.models import Finding, SourceRun, UsageHour
-from accounting.policy.review import UnitMonth, recommend
 from accounting.selectors import fairness_report, showback_period, showback_report, unit_flavor_usage
-from accounting.services.findings import _candidate_detail, reclaims
+from accounting.services.findings import reclaims
+from accounting.services.plan import governance_plan
+from accounting.services.review_plan import fleet_cost, gap_days, plan_summary, recommendation_row
 from quotas.models import AuditEvent, OrgUnit
 from quotas.selectors import subtree
 
@@ -66,14 +73,29 @@ COLUMNS: dict[str, list[str]] = {
         "lent_credit",
         "wait_p95_s",
         "slowdown_p95",
-        "guarantee_delivered",
+        "full_share",
+        "shortfall_minutes",
+        "did_not_fit_minutes",
+        "queued_h_plan",
+        "idle_guarantee_h_plan",
         "findings_opened",
         "findings_resolved",
         "verdict",
         "last_month_allocated_h",
         "last_month_cost",
     ],
-    "recommendations": ["unit_path", "flavor", "verdict", "evidence", "guarantee_to", "lendable_to", "change_request"],
+    "recommendations": [
+        "unit_path",
+        "flavor",
+        "verdict",
+        "evidence",
+        "guarantee_to",
+        "burst_to",
+        "lendable_to",
+        "plan_item",
+        "needs_items",
+        "change_request",
+    ],
     "quota_changes": ["at", "actor", "unit_path", "what", "reason", "before", "after"],
     "findings": ["id", "kind", "unit_path", "flavor", "state", "opened_at", "closed_at", "cost", "summary"],
     "coverage": ["flavor", "hours_in_month", "hours_with_telemetry", "gap_hours", "sources"],
@@ -106,7 +128,6 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     rows = UsageHour.objects.filter(subtree("unit__path", unit.path), hour__gte=start, hour__lt=end)
     usage = unit_flavor_usage(rows)
     totals, units, flavors, quotas = usage.totals, usage.units, usage.flavors, usage.quotas
-    detail = _candidate_detail(start, end, [(u, f, 0.0) for u, f in totals])["stats"]
     show = {
         (line["unit_path"], line["flavor_key"]): line
         for line in showback_report(showback_period(month), within=unit.path, rollup=False)["lines"]
@@ -125,12 +146,11 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     }
     fair = {u["unit_path"]: u for u in fairness_report(showback_period(month), within=unit.path)["units"]}
     found = Finding.objects.filter(subtree("unit__path", unit.path)).select_related("unit", "flavor__cluster")
-    opened = dict(
-        found.filter(opened_at__gte=start, opened_at__lt=end)
-        .values("unit_id")
-        .annotate(n=Count("id"))
-        .values_list("unit_id", "n")
+    overlapping = found.filter(
+        Q(window_start__lt=end, window_end__gt=start)
+        | Q(opened_at__lt=end) & (Q(closed_at__isnull=True) | Q(closed_at__gte=start))
     )
+    opened = dict(overlapping.values("unit_id").annotate(n=Count("id")).values_list("unit_id", "n"))
     closed = dict(
         found.filter(closed_at__gte=start, closed_at__lt=end, state="resolved")
         .values("unit_id")
@@ -141,33 +161,16 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     for reclaim in reclaims(start, end, {}):
         late = (reclaim.admitted - reclaim.submitted).total_seconds() > reclaim.promised_s
         kept[(reclaim.lender, reclaim.flavor)][1 if late else 0] += 1
+    report = governance_plan(unit, month)
     table_units: list[dict[str, Any]] = []
     table_recs: list[dict[str, Any]] = []
+    rec_of_item: dict[int, int] = {}
     for (uid, fid), r in sorted(totals.items(), key=lambda kv: (units[kv[0][0]].path, kv[0][1])):
         u, f = units[uid], flavors[fid]
         q = quotas.get((uid, fid))
         key = f"{f.cluster.name}/{f.name}"
-        own = usage.own_guarantee_h(uid, fid)
-        p95_held, p95_demand, _ = detail.get((uid, fid), (0.0, 0.0, 0))
-        rec = recommend(
-            UnitMonth(
-                uid,
-                fid,
-                u.path,
-                key,
-                q.guarantee if q else 0,
-                q.burst if q else 0,
-                q.lendable if q else 0,
-                usage.children_guarantee(uid, fid),
-                own,
-                r["w"] or 0,
-                r["hours"],
-                hours_in_month,
-                r["above"],
-                p95_held,
-                p95_demand,
-            )
-        )
+        verdict = report.verdict(uid, key)
+        today, planned = report.today.get((uid, key)), report.planned.get((uid, key))
         money = show.get((u.path, key), {})
         before = last.get((u.path, key), {})
         fairness = fair.get(u.path, {})
@@ -193,10 +196,14 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
                 "lent_credit": money.get("lent_credit"),
                 "wait_p95_s": fairness.get("wait_p95_s"),
                 "slowdown_p95": fairness.get("slowdown_p95"),
-                "guarantee_delivered": fairness.get("guarantee_delivered"),
+                "full_share": round(r["full"] / r["mins"], 4) if r.get("mins") and (q and q.guarantee) else None,
+                "shortfall_minutes": None if today is None else round(today.shortfall_minutes),
+                "did_not_fit_minutes": None if today is None else round(today.did_not_fit_minutes),
+                "queued_h_plan": None if planned is None else round(planned.queued_h, 1),
+                "idle_guarantee_h_plan": None if planned is None else round(planned.idle_guarantee_h, 1),
                 "findings_opened": opened.get(uid, 0),
                 "findings_resolved": closed.get(uid, 0),
-                "verdict": rec.verdict.value,
+                "verdict": verdict["verdict"],
                 "last_month_allocated_h": None
                 if (u.path, fid) not in last_allocated
                 else round(last_allocated[(u.path, fid)], 2),
@@ -205,20 +212,13 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
                 "reclaims_beyond_promise": kept[(uid, fid)][1] if (uid, fid) in kept else 0,
             }
         )
-        if q and q.guarantee > 0:
-            action = rec.action or {}
-            table_recs.append(
-                {
-                    "unit_path": u.path,
-                    "flavor": key,
-                    "verdict": rec.verdict.value,
-                    "evidence": rec.evidence,
-                    "guarantee_to": action.get("guarantee"),
-                    "lendable_to": action.get("lendable"),
-                    "change_request": None,
-                    "action": rec.action,
-                }
-            )
+        if (q and q.guarantee > 0) or verdict["item"] is not None:
+            if verdict["item"] is not None:
+                rec_of_item[verdict["item"]] = len(table_recs)
+            table_recs.append(recommendation_row(report, u.path, key, fid, verdict))
+    for row in table_recs:  # the items an item needs, as the review numbers them
+        row["needs"] = [rec_of_item[i] for i in row.pop("needs_plan", []) if i in rec_of_item]
+        row["needs_items"] = ", ".join(str(i) for i in row["needs"])
     changes = [
         {
             "at": e.at.isoformat(),
@@ -245,7 +245,7 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
             "cost": None if x.cost is None else f"{x.cost:.2f}",
             "summary": x.summary,
         }
-        for x in found.filter(Q(opened_at__gte=start, opened_at__lt=end) | Q(closed_at__gte=start, closed_at__lt=end))
+        for x in overlapping.order_by("opened_at", "id")
     ]
     per_flavor = rows.values("flavor_id", "hour").annotate(m=Sum("minutes")).values_list("flavor_id", "hour")
     covered: dict[int, set[datetime]] = defaultdict(set)
@@ -278,6 +278,9 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         "quota_changes": len(changes),
         "findings": len(findings),
         "has_last_month": any(x["last_month_allocated_h"] is not None for x in table_units),
+        "gap_days": gap_days(covered, flavors, start, end),
+        "fleet_cost": fleet_cost(flavors, hours_in_month),
+        **plan_summary(report),
     }
     tables = {
         "units": table_units,
@@ -347,7 +350,7 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
             cover.append([key, float(Decimal(value))])
             cover.cell(cover.max_row, 2).number_format = "#,##0.00"
         else:
-            cover.append([key, json.dumps(value) if isinstance(value, dict) else value])
+            cover.append([key, json.dumps(value) if isinstance(value, dict | list) else value])
     cover["A1"].font = Font(bold=True, size=14)
     for table, columns in COLUMNS.items():
         sheet = book.create_sheet(table)
@@ -444,6 +447,17 @@ def _plots(data: ReviewData) -> dict[str, str]:
             label="guarantee-hours",
         )
         out["use"] = _finish(plt, fig, ax, "device-hours")
+        planned = [u for u in units if u.get("queued_h_plan") is not None and (u["pending_h"] or u["queued_h_plan"])]
+        if planned:
+            names = [f"{u['unit_path'].rsplit('/', 1)[-1]} · {u['flavor'].rsplit('/', 1)[-1]}" for u in planned]
+            fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(planned))))
+            rows = list(range(len(planned)))
+            ax.barh([y - 0.2 for y in rows], [u["pending_h"] for u in planned], height=0.4, color="#c0392b",
+                    label="queued this month")  # fmt: skip
+            ax.barh([y + 0.2 for y in rows], [u["queued_h_plan"] for u in planned], height=0.4, color="#2e8b57",
+                    label="queued with the plan (backtest)")  # fmt: skip
+            ax.set_yticks(rows, names)
+            out["plan"] = _finish(plt, fig, ax, "queued device-hours")
         costed = [u for u in units if u["cost"] is not None]
         if costed:
             fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(costed))))
@@ -581,6 +595,13 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
         raise InputError(
             "index", f"{rec['unit_path']} {rec['flavor']}: the review says {rec['verdict']}", "nothing to request"
         )
+    if rec.get("needs"):
+        raise InputError(
+            "index",
+            f"{rec['unit_path']} {rec['flavor']} ({rec['verdict']}) breaks the invariants on its own: it needs "
+            f"recommendations {', '.join(map(str, rec['needs']))}, which make room for it",
+            "accept the whole plan (one change request)",
+        )
     why = (reason.strip() + " — " if reason.strip() else "") + (
         f"governance review {review.unit.path} {review.month}: {rec['verdict']} — {rec['evidence']}"
     )
@@ -601,6 +622,35 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
                 after={"change_request": request.pk, "verdict": rec["verdict"]},
                 reason=why[:500],
                 unit_path=rec["unit_path"],
+            )
+        ]
+    )
+    return request
+
+
+def review_accept_plan(*, actor: Any, review: Any, reason: str = "") -> Any:
+    """The review's whole plan as one change request (``accounting.services.plan.plan_accept``, decided
+    by someone above every unit it changes and applied atomically); recorded on the review, audited."""
+    from accounting.models import Review
+    from accounting.services.plan import plan_accept
+    from quotas.services.audit import audit_event, audit_write
+
+    review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
+    request = plan_accept(actor=actor, unit=review.unit, month=review.month, reason=reason)
+    review.summary = {**review.summary, "plan_change_request": request.pk}
+    review.save(update_fields=["summary"])
+    audit_write(
+        [
+            audit_event(
+                actor=actor,
+                action="review_accept_plan",
+                obj_type="review",
+                obj_id=review.pk,
+                obj_repr=f"{review.unit.path} {review.month} plan",
+                before=None,
+                after={"change_request": request.pk, "items": len(request.changes)},
+                reason=request.reason[:500],
+                unit_path=review.unit.path,
             )
         ]
     )

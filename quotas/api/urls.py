@@ -11,6 +11,7 @@ from accounting.api import (
     showback,
     usage,
 )
+from accounting.plan_api import backtest_view, plan_accept_view, plan_view
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -41,5 +42,8 @@ urlpatterns = [
     path("showback/", showback, name="showback"),
     path("fairness/", fairness, name="fairness"),
     path("fairshare/", fairshare, name="fairshare"),
+    path("plans/", plan_view, name="plan"),
+    path("plans/accept/", plan_accept_view, name="plan-accept"),
+    path("backtest/", backtest_view, name="backtest"),
     path("", include(router.urls)),
 ]

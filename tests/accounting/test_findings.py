@@ -49,13 +49,18 @@ def test_detectors_find_the_idle_guarantee_and_the_unmet_demand_once(org, lead, 
         run = findings_detect(end=DAY + timedelta(days=1), th=TH)
     assert run.found == {"idle_guarantee": 1, "demand_above_guarantee": 1, "idle_reservation": 1} and run.opened == 3
     idle = Finding.objects.get(kind="idle_guarantee")
-    assert idle.unit == org.nlp and idle.action == {"unit": org.nlp.pk, "flavor": org.flavor.pk, "lendable": 30}
+    # the suggestion is the governance plan's item for nlp over the same window (issue #26): it held 2 of
+    # its 30, so the guarantee comes down to what its project llm is guaranteed (20) and the rest lends
+    plan = {"unit": org.nlp.pk, "flavor": org.flavor.pk, "guarantee": 20, "burst": 10, "lendable": 18}
+    assert idle.unit == org.nlp and idle.action == plan
+    assert idle.evidence["plan"]["verdict"] == "shrink" and "units inside it" in idle.suggestion
     assert (
         idle.evidence["used_share"] == pytest.approx(2 / 30, abs=1e-4) and idle.evidence["others_waiting_hours"] == 24
     )
     assert not idle.partial and len(idle.evidence["daily"]) == 1
     demand = Finding.objects.get(kind="demand_above_guarantee")
-    assert demand.unit == org.ops and demand.action == {"unit": org.ops.pk, "flavor": org.flavor.pk, "guarantee": 40}
+    grow = {"unit": org.ops.pk, "flavor": org.flavor.pk, "guarantee": 40, "burst": 0, "lendable": 10}
+    assert demand.unit == org.ops and demand.action == grow
     reservation = Finding.objects.get(kind="idle_reservation")  # the fixture's 10 "serving" devices
     assert reservation.evidence["peak_held"] == 72 and reservation.evidence["capacity_outside"] == 100
     assert [m.to for m in mail.outbox] == [["nlp-lead@example.org"]]  # the lead of the idle unit hears of it
@@ -112,13 +117,13 @@ def test_one_click_turns_the_suggestion_into_a_change_request_approved_the_usual
     idle = Finding.objects.get(kind="idle_guarantee")
     request = finding_request_change(actor=lead, finding=idle)
     assert request.status == "pending" and request.unit == org.nlp
-    assert f"finding #{idle.pk}" in request.reason and "Lend the idle part" in request.reason
-    assert request.changes[0]["lendable"] == 30 and request.changes[0]["guarantee"] is None
+    assert f"finding #{idle.pk}" in request.reason and "The plan for" in request.reason
+    assert (request.changes[0]["guarantee"], request.changes[0]["lendable"]) == (20, 18)
     idle.refresh_from_db()
     assert idle.state == FindingState.ACKNOWLEDGED and idle.change_request == request
     change_request_approve(actor=org.admin, request=request, comment="yes")
     quota = Quota.objects.get(unit=org.nlp, flavor=org.flavor, resource="nvidia.com/gpu")
-    assert (quota.guarantee, quota.lendable) == (30, 30)  # the guarantee stays; the idle part is lendable
+    assert (quota.guarantee, quota.lendable) == (20, 18)  # the plan's item, applied through the usual flow
     with pytest.raises(InputError, match="suggests no quota change"):
         other = Finding.objects.create(
             kind="zombie_allocation", key="z", unit=org.nlp, window_start=DAY, window_end=DAY, summary="s",

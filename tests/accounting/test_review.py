@@ -122,7 +122,7 @@ def test_every_format_reads_back_and_is_stored_with_checksums(org, month, tmp_pa
     text = " ".join(
         subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout.split()
     )
-    assert f"Governance review — acme, {month}" in text and "grow to 40" in text and "page 2 of" in text
+    assert f"Governance review — acme, {month}" in text and "guarantee 30 → 40" in text and "page 2 of" in text
     assert [m.to for m in mail.outbox] == [["ceo@example.org"]]
     again = review_generate(unit=org.acme, month=month)
     assert again.pk == review.pk and Review.objects.count() == 1  # a rebuild replaces, never duplicates

@@ -8,6 +8,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Sum
 from django.test import Client
 
 from accounting.models import SourceStatus, UsageHour, UsageSample, WorkloadRecord
@@ -175,6 +176,23 @@ def test_the_usage_api_groups_and_says_how_much_had_telemetry(org, admin_client:
     assert bad.status_code == 400 and "unknown grouping team" in str(bad.json()["group_by"])
 
 
+def test_a_day_without_telemetry_is_a_row_with_its_gap_and_months_say_their_coverage(org, admin_client: Client):
+    """Issue #27.8: grouped by day the API dropped a day without telemetry, grouped by month it said
+    nothing of coverage; and it shows the share of minutes held at ≥ 90 % of the guarantee."""
+    days = [T0, T0 + timedelta(days=2)]  # 3 and 4 November have nothing
+    rows = [(d + timedelta(minutes=i), "nlp", "a100", 30, 28 if i < 30 else 10, 0) for d in days for i in range(60)]
+    usage_replay_load(lines=replay(rows), cluster=org.cluster, units={"nlp": org.nlp}, name="gaps")
+    usage_rollup(start=T0, end=T0 + timedelta(days=3))
+    window = {"within": "acme/research/nlp", "start": "2026-11-02T00:00:00Z", "end": "2026-11-05T00:00:00Z"}
+    by_day = admin_client.get("/api/v1/usage/", {**window, "group_by": "day"}).json()
+    assert [r["period"][:10] for r in by_day] == ["2026-11-02", "2026-11-03", "2026-11-04"]
+    gap = by_day[1]
+    assert gap["coverage"] == 0 and gap["gap_minutes"] == 1440 and gap["allocated_h"] is None
+    assert by_day[0]["full_share"] == 0.5  # 28 of 30 is ≥ 90 %; 10 of 30 is not
+    (month,) = admin_client.get("/api/v1/usage/", {"within": "acme/research/nlp", "group_by": "month"}).json()
+    assert month["coverage"] == round(120 / (30 * 1440), 4) and month["gap_minutes"] == 30 * 1440 - 120
+
+
 def test_the_tasks_ingest_every_enabled_slurm_cluster_and_rebuild_recent_rollups(org, lab_flavor, settings):
     from accounting.models import SourceRun
     from accounting.tasks import ingest_all_slurm, rollup_recent
@@ -214,6 +232,8 @@ def test_a_units_page_draws_its_use_per_day_with_gaps_marked(org, admin_client):
     held = sum(UsageHour.objects.filter(unit=org.nlp, hour=T0).values_list("allocated", flat=True))
     assert f"held {held:.1f}" in page  # each day's numbers are on the chart
     assert "activity not measured (no DCGM source)" in page and 'class="active"' not in page
+    full = UsageHour.objects.filter(unit=org.nlp).aggregate(f=Sum("minutes_full"), m=Sum("minutes"))
+    assert f"At ≥ 90 % of the guarantee {round(100 * full['f'] / full['m'])} % of the time" in page  # issue #26.6
     assert "Use over time" not in admin_client.get(f"/units/{org.ops.pk}/").content.decode()  # no usage: no chart
 
 
