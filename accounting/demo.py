@@ -9,7 +9,7 @@ demo that has it already is left alone.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from django.db import transaction
 from accounting.models import SourceRun
 from accounting.services import usage_replay_load, usage_rollup
 from quotas import services
+from quotas.demo import demo_user
 from quotas.models import Cluster, ClusterKind, OrgUnit
 from quotas.policy import Resource
 
@@ -29,6 +30,9 @@ QUOTAS = {
     "vc8Sj": 48, "vccaA": 32, "vcSoL": 32, "vcira": 24, "vcJLV": 16, "vcJkd": 16, "vcdI0": 16, "vcgkz": 8,
 }  # fmt: skip
 MONTH = (datetime(2020, 5, 1, tzinfo=UTC), datetime(2020, 6, 1, tzinfo=UTC))
+LEADS = {"vc6YE": "lead-vc6ye", "vcpDC": "lead-vcpdc", "vcira": "lead-vcira", "vchbv": "lead-vchbv"}
+"""Demo leads of Earth's teams: the busiest (vc6YE, vcpDC, which queued most), the nearly idle vcira and
+the small-jobs team vchbv. ``head-earth`` leads the department: the one who acts on its review."""
 ATTRIBUTION = (
     "Helios Earth usage: Hu et al., Characterization and Prediction of Deep Learning Workloads in "
     "Large-Scale GPU Datacenters, SC '21 (CC-BY-4.0)"
@@ -40,13 +44,17 @@ def lines() -> Iterator[str]:
         yield from f
 
 
-def load_usage_demo() -> SourceRun | None:
-    """Load the Helios month into the demo organisation (``acme``). None when it is there already."""
+ROWS = 16 * 43_200
+
+
+def load_usage_demo(progress: Callable[[int], None] | None = None) -> SourceRun | None:
+    """Load the Helios month into the demo organisation (``acme``). None when it is there already.
+    ``progress`` is told the team-minutes loaded so far (of ``ROWS``)."""
     if SourceRun.objects.filter(name=DATA.name).exists():
         return None
     with transaction.atomic():
         cluster, units = _tree()
-    run = usage_replay_load(lines=lines(), cluster=cluster, units=units, name=DATA.name)
+    run = usage_replay_load(lines=lines(), cluster=cluster, units=units, name=DATA.name, progress=progress)
     usage_rollup(start=MONTH[0], end=MONTH[1])
     return run
 
@@ -80,14 +88,17 @@ def _tree() -> tuple[Cluster, dict[str, OrgUnit]]:
 
     services.quota_set_bulk(actor=admin, reason=REASON, changes=[gpus(acme, total)])
     earth = services.org_unit_create(
-        actor=admin, reason=REASON, parent=acme, kind="department", slug="earth", name="Earth (Helios)"
-    )
+        actor=admin, reason=REASON, parent=acme, kind="department", slug="earth", name="Earth (Helios)",
+        leads=[demo_user("head-earth")],
+    )  # fmt: skip
     services.quota_set_bulk(actor=admin, reason=REASON, changes=[gpus(earth, total)])
     units = {}
     for vc in QUOTAS:
+        lead = LEADS.get(vc)
         unit = services.org_unit_create(
-            actor=admin, reason=REASON, parent=earth, kind="team", slug=vc.lower(), name=vc, slurm_account=vc.lower()
-        )
+            actor=admin, reason=REASON, parent=earth, kind="team", slug=vc.lower(), name=vc, slurm_account=vc.lower(),
+            leads=[demo_user(lead)] if lead else [],
+        )  # fmt: skip
         units[vc] = unit
     services.quota_set_bulk(actor=admin, reason=REASON, changes=[gpus(u, QUOTAS[vc]) for vc, u in units.items()])
     return cluster, units

@@ -25,7 +25,7 @@ from accounting.selectors import (
 )
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept, review_accept_plan
-from quotas.access import NotAllowedError, is_platform_admin, led_paths, may_read_costs
+from quotas.access import NotAllowedError, cost_readable_paths, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError, form_id
 from quotas.policy.violations import PolicyViolationError
 
@@ -56,10 +56,20 @@ def showback_page(request: HttpRequest) -> HttpResponse:
     fleet's parts that the lines add up to."""
     months = usage_months()
     month = request.GET.get("month") or (months[0] if months else "")
+    readable = cost_readable_paths(request.user)
     within = request.GET.get("within", "")
-    context: dict[str, object] = {"months": months, "month": month, "within": within, "report": None, "error": ""}
+    if "within" not in request.GET and readable:  # a lead opens on the units they lead, not on an error
+        within = min(readable, key=lambda p: (p.count("/"), p))
+    choices = sorted(readable) if readable is not None else []
+    context: dict[str, object] = {
+        "months": months, "month": month, "within": within, "report": None, "error": "", "choices": choices,
+    }  # fmt: skip
     if not may_read_costs(request.user, within):
-        context["error"] = "Costs are visible to the leads of a unit and the units above it: choose a unit you lead."
+        context["error"] = (
+            "Costs are visible to the leads of a unit and the units above it: choose one of the units you lead."
+            if choices
+            else "Costs are visible to the leads of a unit and the units above it, and you lead none."
+        )
     elif month:
         try:
             context["report"] = showback_report(showback_period(month), within=within)

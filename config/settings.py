@@ -399,6 +399,8 @@ EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console
 DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")
 # Where people reach the portal: the links in mails
 ALLOT_PORTAL_URL = env_str("ALLOT_PORTAL_URL", "http://127.0.0.1:8000")
+# The currency flavors' prices (per device-hour) are in: shown beside every cost and amount at stake.
+ALLOT_CURRENCY = env_str("ALLOT_CURRENCY", "USD")
 
 LOGGING = {
     "version": 1,

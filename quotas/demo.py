@@ -83,7 +83,8 @@ def demo_users() -> list[str]:
     return ["admin", "viewer", *sorted({lead for *_, lead in TREE if lead})]
 
 
-def _user(username: str) -> User:
+def demo_user(username: str) -> User:
+    """The demo user ``username`` (password DEMO_PASSWORD), created once."""
     user_model = get_user_model()
     user, created = user_model.objects.get_or_create(
         username=username,
@@ -110,8 +111,8 @@ def load_demo() -> bool:
     """Load the demo organisation unless it exists. Returns True when it was loaded now."""
     if OrgUnit.objects.filter(path="acme").exists():
         return False
-    admin = _user("admin")
-    _user("viewer")
+    admin = demo_user("admin")
+    demo_user("viewer")
     _catalogue(admin)
     flavors = list(ResourceFlavor.objects.select_related("cluster"))
     org = services.org_unit_create(
@@ -141,7 +142,7 @@ def load_demo() -> bool:
             weight=weight,
             contract=_contract(contract) if contract else None,
             slurm_account=slug,
-            leads=[_user(lead)] if lead else [],
+            leads=[demo_user(lead)] if lead else [],
         )
         units[unit.path] = unit
         guarantees[unit.path] = {k: int(g * share) for k, g in guarantees[parent_path].items()}

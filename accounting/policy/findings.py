@@ -229,7 +229,7 @@ def demand_above_guarantee(
                 },
                 _money(w.price, w.pending_h),
                 f"Grow the guarantee to {larger} (95 % of hours wanted {w.p95_demand:.1f} devices or fewer), or "
-                f"find the lender: its queued work cost {w.pending_h:.0f} device-hours of waiting.",
+                f"find the lender: its work waited {w.pending_h:.0f} device-hours in the queue.",
                 {"unit": w.unit, "flavor": w.flavor, "guarantee": larger},
                 w.partial,
             )

@@ -40,6 +40,7 @@ def parse_replay(lines: Iterable[str], *, now: datetime) -> Iterator[ReplayRow |
     if tuple(h.strip() for h in header.split(",")) != COLUMNS:
         yield LineProblem(1, header[:200], f"the header must be {','.join(COLUMNS)}")
         return
+    minutes: dict[str, datetime] = {}  # each minute is read once, not once per unit
     for number, raw in enumerate(rows, 2):
         text = raw.strip()
         if not text:
@@ -48,12 +49,17 @@ def parse_replay(lines: Iterable[str], *, now: datetime) -> Iterator[ReplayRow |
         if len(parts) != len(COLUMNS):
             yield LineProblem(number, text[:200], f"{len(parts)} columns, expected {len(COLUMNS)}")
             continue
-        try:
-            at = datetime.fromisoformat(parts[0])
-        except ValueError:
-            yield LineProblem(number, text[:200], f"minute {parts[0]!r} is not ISO 8601 (2020-05-01T00:00)")
-            continue
-        at = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC).replace(second=0, microsecond=0)
+        at = minutes.get(parts[0])
+        if at is None:
+            try:
+                at = datetime.fromisoformat(parts[0])
+            except ValueError:
+                yield LineProblem(number, text[:200], f"minute {parts[0]!r} is not ISO 8601 (2020-05-01T00:00)")
+                continue
+            at = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC).replace(second=0, microsecond=0)
+            if len(minutes) > 100_000:
+                minutes.clear()
+            minutes[parts[0]] = at
         if at > now + SKEW:
             yield LineProblem(number, text[:200], f"minute {parts[0]} is in the future: clock skew at the source")
             continue

@@ -3,15 +3,16 @@ and the demo. Loading the same file twice changes nothing; a corrected row repla
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from accounting.models import SourceKind, SourceRun, SourceStatus, UsageSample
-from accounting.policy.replay import ReplayRow, parse_replay
+from accounting.models import SourceKind, SourceRun, SourceStatus
+from accounting.policy.replay import parse_replay
 from accounting.policy.sacct import LineProblem
 from quotas.models import Cluster, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import Resource
@@ -35,11 +36,18 @@ class _Span:
 
 @transaction.atomic
 def usage_replay_load(
-    *, lines: Iterable[str], cluster: Cluster, units: Mapping[str, OrgUnit], name: str, now: datetime | None = None
+    *,
+    lines: Iterable[str],
+    cluster: Cluster,
+    units: Mapping[str, OrgUnit],
+    name: str,
+    now: datetime | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> SourceRun:
     """Load replay rows for ``cluster``: each row's ``unit`` key is looked up in ``units`` and its
     ``flavor`` among the cluster's flavors; rows for neither are counted and skipped, bad lines kept
-    on the run. Minutes missing between a unit's first and last row are counted as gap minutes."""
+    on the run. Minutes missing between a unit's first and last row are counted as gap minutes.
+    ``progress`` is told the rows loaded so far after each batch."""
     now = now or timezone.now()
     run = SourceRun.objects.create(source=SourceKind.REPLAY, cluster=cluster, name=name, started_at=timezone.now())
     flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
@@ -53,20 +61,40 @@ def usage_replay_load(
     problems: list[dict[str, object]] = []
     unknown: set[str] = set()
     spans: dict[tuple[int, int], _Span] = {}
-    batch: list[UsageSample] = []
+    batch: list[tuple[Any, ...]] = []
+    adapted: dict[datetime, Any] = {}
+    unit_ids = {key: u.pk for key, u in units.items()}
+    flavor_ids = {name: f.pk for name, f in flavors.items()}
+    if connection.vendor == "sqlite":  # the index pages of a month's load stay in memory (64 MiB)
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA cache_size = -65536")
     for item in parse_replay(lines, now=now):
         if isinstance(item, LineProblem):
             counts["problems"] += 1
             if len(problems) < KEEP_PROBLEMS:
                 problems.append({"line": item.line, "text": item.text, "error": item.error})
             continue
-        sample = _sample(item, units, flavors, lendable, run, counts, unknown)
-        if sample is None:
+        unit, flavor = unit_ids.get(item.unit), flavor_ids.get(item.flavor)
+        if unit is None:
+            counts["unknown_unit"] += 1
+            unknown.add(item.unit)
             continue
-        _span(spans, sample)
-        batch.append(sample)
+        if flavor is None:
+            counts["unknown_flavor"] += 1
+            continue
+        counts["rows"] += 1
+        key = (unit, flavor)
+        _span(spans, key, item.at)
+        at = adapted.get(item.at)
+        if at is None:
+            at = adapted[item.at] = connection.ops.adapt_datetimefield_value(item.at)
+        lend = min(lendable.get(key, 0), item.quota)
+        batch.append((unit, flavor, at, item.quota, lend, item.held, item.queued, run.pk))
         if len(batch) >= BATCH:
             _flush(batch)
+            adapted.clear()
+            if progress:
+                progress(counts["rows"])
     _flush(batch)
     run.counts = {
         **counts,
@@ -86,50 +114,26 @@ def usage_replay_load(
     return run
 
 
-def _sample(
-    row: ReplayRow,
-    units: Mapping[str, OrgUnit],
-    flavors: Mapping[str, ResourceFlavor],
-    lendable: Mapping[tuple[int, int], int],
-    run: SourceRun,
-    counts: dict[str, int],
-    unknown: set[str],
-) -> UsageSample | None:
-    unit, flavor = units.get(row.unit), flavors.get(row.flavor)
-    if unit is None:
-        counts["unknown_unit"] += 1
-        unknown.add(row.unit)
-        return None
-    if flavor is None:
-        counts["unknown_flavor"] += 1
-        return None
-    counts["rows"] += 1
-    return UsageSample(
-        unit=unit,
-        flavor=flavor,
-        at=row.at,
-        guarantee=row.quota,
-        lendable=min(lendable.get((unit.pk, flavor.pk), 0), row.quota),
-        held=row.held,
-        queued=row.queued,
-        source_run=run,
-    )
-
-
-def _span(spans: dict[tuple[int, int], _Span], sample: UsageSample) -> None:
-    span = spans.get((sample.unit_id, sample.flavor_id))
+def _span(spans: dict[tuple[int, int], _Span], key: tuple[int, int], at: datetime) -> None:
+    span = spans.get(key)
     if span is None:
-        spans[(sample.unit_id, sample.flavor_id)] = _Span(sample.at, sample.at)
+        spans[key] = _Span(at, at)
     else:
-        span.first, span.last, span.rows = min(span.first, sample.at), max(span.last, sample.at), span.rows + 1
+        span.first, span.last, span.rows = min(span.first, at), max(span.last, at), span.rows + 1
 
 
-def _flush(batch: list[UsageSample]) -> None:
+# One statement per batch, rows as tuples (no model instances: building 700,000 of them and Django's
+# upsert of each batch took 70 of the demo month's 76 s on SQLite). A corrected row replaces the earlier.
+UPSERT = (
+    "INSERT INTO accounting_usagesample (unit_id, flavor_id, at, guarantee, lendable, held, queued, source_run_id) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (unit_id, flavor_id, at) DO UPDATE SET "
+    "guarantee = excluded.guarantee, lendable = excluded.lendable, held = excluded.held, queued = excluded.queued, "
+    "source_run_id = excluded.source_run_id"
+)
+
+
+def _flush(batch: list[tuple[Any, ...]]) -> None:
     if batch:
-        UsageSample.objects.bulk_create(
-            batch,
-            update_conflicts=True,
-            unique_fields=["unit", "flavor", "at"],
-            update_fields=["guarantee", "lendable", "held", "queued", "source_run"],
-        )
+        with connection.cursor() as cursor:
+            cursor.executemany(UPSERT, batch)
         batch.clear()

@@ -78,3 +78,42 @@ def stacked_capacity(
         left = max(0, physical - reserved - headroom - promised)
         bars[-1] = replace(bars[-1], caption=f"{promised} promised · {left} left")
     return bars, list(colours.items()), len(flavors) * row_height + 12
+
+
+@dataclass(frozen=True)
+class Segment:
+    left: float
+    """% of the track from its start."""
+    width: float
+    """% of the track."""
+    colour: str
+    value: str
+    marker: bool = False
+    """A thin full-height mark (the allocation), not a bar."""
+
+
+@dataclass(frozen=True)
+class BarRow:
+    label: str
+    segments: list[Segment]
+    caption: str
+
+
+def bar_rows(bars: Sequence[Bar]) -> list[BarRow]:
+    """The same bars as HTML rows (label, a track of segments in % of the widest, the numbers), so the
+    text stays at the page's size at every width: an SVG scaled to the window made it twice as large at
+    1440 px and too small to read at 390 px."""
+    if not bars:
+        return []
+    start = min(b.x for b in bars)
+    extent = max(b.end - start for b in bars) or 1.0
+    rows: dict[str, BarRow] = {}
+    for b in bars:
+        row = rows.setdefault(b.label, BarRow(b.label, [], ""))
+        marker = b.width <= 3
+        row.segments.append(
+            Segment(100 * (b.x - start) / extent, 0 if marker else 100 * b.width / extent, b.colour, b.value, marker)
+        )
+        if b.caption:
+            rows[b.label] = replace(row, caption=b.caption)
+    return list(rows.values())

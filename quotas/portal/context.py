@@ -5,4 +5,4 @@ from django.http import HttpRequest
 
 
 def portal(request: HttpRequest) -> dict[str, object]:
-    return {"oidc_enabled": settings.ALLOT_OIDC_ENABLED}
+    return {"oidc_enabled": settings.ALLOT_OIDC_ENABLED, "currency": settings.ALLOT_CURRENCY}

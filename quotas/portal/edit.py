@@ -22,7 +22,7 @@ from quotas.access import NotAllowedError, may_request, may_set_directly
 from quotas.errors import InputError, StaleVersionError
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import QuantityError, Resource, format_quantity, parse_quantity
-from quotas.policy.violations import PolicyViolationError, Violation
+from quotas.policy.violations import PolicyViolationError, Violation, ViolationCode
 from quotas.previews import quota_change_preview
 from quotas.services.quota import QuotaChange
 
@@ -132,18 +132,56 @@ def version_errors(rows: Any) -> dict[str, str]:
     return {"version": VERSION_MISSING} if any("version" in r.errors for r in rows) else {}
 
 
+def _changed(row: Row) -> set[str]:
+    """The fields of ``row`` the person changed (a new quota: every non-zero one)."""
+    found = set()
+    for name in FIELDS:
+        try:
+            value = parse_quantity(row.resource, row.values[name])
+        except QuantityError:
+            continue
+        if value != (getattr(row.current, name) if row.current else 0):
+            found.add(name)
+    return found
+
+
 def _mark(unit: OrgUnit, rows: list[Row], violations: list[Violation]) -> list[Violation]:
-    """Put each violation about this unit next to its field; return the others (about the parent…)."""
+    """Put each violation next to the field that caused it and return those that are not about this
+    unit's own fields (they are listed above the form's buttons as well). A ceiling above the parent's
+    goes to the guarantee when that is what was raised (the check names burst, the part to lower); a
+    parent whose children now exceed it is this row's guarantee's doing when that was raised."""
     rest = []
+    parent = unit.parent.path if unit.parent_id and unit.parent else None
     for v in violations:
         row = next(
-            (r for r in rows if v.unit == unit.path and v.flavor == r.flavor.key and v.resource == r.resource.value),
+            (
+                r
+                for r in rows
+                if v.flavor == r.flavor.key and v.resource == r.resource.value and v.unit in (unit.path, parent)
+            ),
             None,
         )
-        if row is not None and v.field in FIELDS:
-            row.errors.setdefault(v.field, f"{v.message}. {v.hint}")
-        else:
-            rest.append(v)
+        changed = _changed(row) if row is not None else set()
+        field = v.field
+        if (
+            row is not None
+            and v.unit == unit.path
+            and field == "burst"
+            and "burst" not in changed
+            and "guarantee" in changed
+        ):
+            field = "guarantee"
+        if row is not None and v.unit == unit.path and field in FIELDS:
+            row.errors.setdefault(field, f"{v.message}. {v.hint}")
+            continue
+        if (
+            row is not None
+            and v.unit == parent
+            and v.code == ViolationCode.CHILDREN_EXCEED_GUARANTEE
+            and "guarantee" in changed
+        ):
+            row.errors.setdefault("guarantee", f"{v.message}. {v.hint}")
+        rest.append(v)
     return rest
 
 

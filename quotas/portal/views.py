@@ -39,7 +39,7 @@ from quotas.policy.capacity import capacity_report, effective_ceilings
 from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
-from quotas.portal.charts import quota_bars, stacked_capacity
+from quotas.portal.charts import bar_rows, quota_bars, stacked_capacity
 from quotas.services.change_requests import request_lines, request_violations
 from quotas.services.enforce import POLICY_ACTIONS, enforced_by
 
@@ -207,6 +207,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
                 request.user, AuditEvent.objects.filter(selectors.subtree("unit_path", unit.path))
             )[:10],
             "bars": bars,
+            "bar_rows": bar_rows(bars),
             "chart_height": height,
             "may_edit": may_request(request.user, unit),
             "edits_directly": may_set_directly(request.user, unit),
@@ -333,6 +334,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
         {
             "lines": [(line, models.get(line.flavor, "")) for line in lines],
             "bars": bars,
+            "bar_rows": bar_rows(bars),
             "legend": legend,
             "chart_height": height,
         },

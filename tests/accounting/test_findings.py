@@ -151,6 +151,8 @@ def test_the_api_and_the_inbox(org, lead, client, admin_client):
     yours = inbox.split("<h2>Your units")[1].split("Elsewhere")[0]
     assert "acme/research/nlp used 7% of its guarantee" in yours and "Request this change" in yours
     assert "acme/ops wanted more than its guarantee" in inbox.split("Elsewhere")[1]
+    # issue #27.8: waiting is said as waiting (device-hours queued), never as money spent
+    assert "240.0 device-hours queued" in inbox.split("Elsewhere")[1]
     done = client.post(f"/findings/{idle.pk}/act/", {"do": "request-change"})
     change = ChangeRequest.objects.get()
     assert done.status_code == 302 and done["Location"].endswith(f"/requests/{change.pk}/")

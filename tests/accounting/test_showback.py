@@ -98,7 +98,10 @@ def test_visibility_leads_restricts_costs_to_their_subtree(month, client, settin
     assert client.get("/api/v1/showback/", {"month": "2026-11", "within": "acme/research"}).status_code == 403
     mine = client.get("/api/v1/showback/", {"month": "2026-11", "within": "acme/research/vision"})
     assert mine.status_code == 200 and {line["unit_path"] for line in mine.json()["lines"]} == {"acme/research/vision"}
-    assert "choose a unit you lead" in client.get("/showback/").content.decode()
+    # issue #27.9: the page opens on the unit the lead leads, with a list of theirs, not on an error
+    page = client.get("/showback/", {"month": "2026-11"}).content.decode()
+    assert "choose one of the units" not in page and "<option selected>acme/research/vision</option>" in page
+    assert "choose one of the units you lead" in client.get("/showback/", {"within": "acme"}).content.decode()
 
 
 def test_one_page_costs_the_same_queries_for_more_units(org, admin_client):

@@ -41,7 +41,8 @@ def a_month_of_research():
 def inside_the_window(page, locator):
     box = locator.bounding_box()
     width = page.evaluate("window.innerWidth")
-    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 1, (box, width)
+    what = locator.evaluate("e => e.tagName + ' ' + e.textContent.trim().slice(0, 40)")
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 1, (page.url, what, box, width)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -94,3 +95,56 @@ def test_the_review_leads_with_the_plan_and_its_button_is_in_view(browser, site,
     expect(page.locator("h1")).to_contain_text("Change request")
     assert "November's review — governance plan acme/research 2026-11" in page.content()
     head.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_quota_bars_are_readable_at_both_widths(browser, site, width):  # noqa: F811
+    """Issue #27.9: the bars' numbers were twice the page's text at 1440 px and too small at 390 px
+    (an SVG scaled with the window); now they are the page's own text, and never sideways."""
+    lead = Session(browser, site, "lead-nlp", width=width)
+    for path in (f"/units/{OrgUnit.objects.get(path='acme/research/nlp').pk}/", "/capacity/"):
+        page = lead.open(path)
+        caption = page.locator(".hbar-caption").first
+        expect(caption).to_be_visible()
+        size = float(caption.evaluate("e => parseFloat(getComputedStyle(e).fontSize)"))
+        assert 12 <= size <= 16, (path, size)
+        inside_the_window(page, caption)
+        assert no_sideways_scroll(page)
+    lead.shot(f"capacity-bars-{width}")
+    lead.close()
+
+
+PAGES = {  # page: its key column (the last one, where the action or the state is)
+    "/clusters/": "Files",
+    "/showback/?month=2026-11": "Lent credit",
+    "/fairness/?month=2026-11": "Did not fit",
+    "/usage/sources/": None,
+    "/capacity/": None,
+}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_tables_key_column_is_in_the_window(browser, site, width):  # noqa: F811
+    """Issue #27.7: at 1440 px wide tables hid their last columns (sync and drift, costs, fairness's
+    verdict), at 390 px every table showed its first two or three. Text cells wrap; on a phone the
+    tables stack (a card per row, each value beside its column's name)."""
+    a_month_of_research()
+    admin = Session(browser, site, "admin", width=width)
+    nlp = OrgUnit.objects.get(path="acme/research/nlp")
+    for path, key in {**PAGES, f"/units/{nlp.pk}/history/": "Why"}.items():
+        page = admin.open(path)
+        assert no_sideways_scroll(page), path
+        for table in page.locator(".scroll > table").all():
+            last = table.locator("thead th").last if width > 640 else table.locator("tbody tr").first.locator("td").last
+            if last.count() and last.is_visible():
+                inside_the_window(page, last)
+        if key and width > 640:
+            header = page.locator("thead th", has_text=key).first
+            expect(header).to_be_visible()
+            inside_the_window(page, header)
+        if key and width <= 640:
+            cell = page.locator(f'td[data-label="{key}"]').first
+            expect(cell).to_be_visible()
+            inside_the_window(page, cell)
+        admin.shot(f"table{path.replace('/', '-').split('?')[0]}{width}")
+    admin.close()

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from accounting.demo import ATTRIBUTION, load_usage_demo
+from accounting.demo import ATTRIBUTION, LEADS, ROWS, load_usage_demo
 
 
 class Command(BaseCommand):
@@ -13,8 +13,17 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         started = time.monotonic()
-        self.stdout.write("loading a month of real usage (691,200 team-minutes; the first time takes a minute) …")
-        run = load_usage_demo()
+        self.stdout.write(f"loading a month of real usage ({ROWS:,} team-minutes, once) …")
+        shown = [0]
+
+        def progress(rows: int) -> None:
+            if rows - shown[0] >= 100_000:
+                shown[0] = rows
+                self.stdout.write(
+                    f"  {rows:,} of {ROWS:,} team-minutes ({rows / ROWS:.0%}), {time.monotonic() - started:.0f} s"
+                )
+
+        run = load_usage_demo(progress)
         if run is None:
             self.stdout.write("Found the demo's month of usage.")
             return
@@ -23,6 +32,10 @@ class Command(BaseCommand):
             f"({run.counts['gap_minutes']:,} gap minutes) in {time.monotonic() - started:.0f} s. {ATTRIBUTION}."
         )
         self.findings_and_review()
+        self.stdout.write(
+            f"Done in {time.monotonic() - started:.0f} s. To see the month, its findings and its review, sign in as "
+            f"head-earth (Earth's head) or {', '.join(sorted(LEADS.values()))} (password 'allot-demo')."
+        )
 
     def findings_and_review(self) -> None:
         """The month's findings (the detectors over all of May) and its governance review, so the
