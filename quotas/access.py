@@ -175,14 +175,15 @@ def readable_audit(user: Viewer, events: QuerySet[AuditEvent]) -> QuerySet[Audit
     Policy (quotas, units, members, bindings, clusters, flavors, contracts, tiers, syncs) is
     everyone's, like the tree; a change request's events only for those who may read the request
     (:func:`may_read_request`); findings and reviews only for those who may read the unit's costs
-    (:func:`may_read_costs`); sign-in lockouts (a username and an address) only platform admins.
+    (:func:`may_read_costs`); sign-in lockouts (a username and an address) and people added (an
+    email address) only platform admins.
     Every surface that shows the audit (the API, the unit page, History) asks this."""
     if is_platform_admin(user):
         return events
     if not getattr(user, "is_authenticated", False):
         return events.none()
     requests = [str(pk) for pk in readable_requests(user).values_list("pk", flat=True)]
-    hidden = (Q(object_type="changerequest") & ~Q(object_id__in=requests)) | Q(object_type="signin")
+    hidden = (Q(object_type="changerequest") & ~Q(object_id__in=requests)) | Q(object_type__in=("signin", "user"))
     paths = cost_readable_paths(user)
     if paths is not None:
         hidden |= Q(object_type__in=("finding", "review")) & ~within_any("unit_path", paths)

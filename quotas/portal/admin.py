@@ -117,6 +117,21 @@ def setup(request: HttpRequest) -> HttpResponse:
                     + " created."
                 ),
             )
+        elif action == "person":
+            from quotas.services.people import person_add
+
+            def person() -> str:
+                made = person_add(
+                    actor=request.user, reason=reason, username=post.get("username", ""),
+                    email=post.get("email", ""), platform_admin=post.get("platform_admin") == "on",
+                )  # fmt: skip
+                mailed = f" It was mailed to {made.email}." if made.email else ""
+                return (
+                    f"{made.username} added. Give them this one-time link to set their password: "
+                    f"{made.set_password_link}{mailed}"
+                )
+
+            _run(request, person)
         elif action == "unarchive":
             unit = get_object_or_404(OrgUnit, pk=form_id(post.get("unit")))
             _run(
