@@ -91,8 +91,9 @@ PLAN = inline_serializer(
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def plan_view(request: Request) -> Response:
-    """The governance plan of a unit's subtree from a month's demand, ranked, with its backtest: the
-    month replayed under its own quotas (and how well that reproduces what happened) and under the plan."""
+    """The governance plan of the unit's organisation from a month's demand, seen from the unit (its
+    items, ranked, keep the organisation plan's numbers), with its backtest: the month replayed under
+    its own quotas (and how well that reproduces what happened) and under the plan."""
     query = PlanQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     unit = _unit(query.validated_data["unit"], request.user)
@@ -106,7 +107,7 @@ def plan_view(request: Request) -> Response:
 @api_view(["POST"])
 @permission_classes([IsAuthenticated])
 def plan_accept_view(request: Request) -> Response:
-    """The whole plan (or items feasible together) as one change request."""
+    """The plan's items inside the unit (or the chosen ones, when they pass together) as one change request."""
     body = PlanAccept(data=request.data)
     body.is_valid(raise_exception=True)
     data = body.validated_data

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -31,11 +31,11 @@ from accounting.policy.backtest import (
     Reclaim,
     Terms,
     UnitOutcome,
-    reproduction_error,
+    observed_allocated_h,
     simulate,
     totals,
 )
-from accounting.policy.planner import Item, Plan, Settings, check_plan, evidence, make_plan
+from accounting.policy.planner import Item, Plan, Settings, Unmet, check_plan, evidence, make_plan
 from accounting.selectors import showback_period
 from quotas.models import OrgUnit
 from quotas.policy.capacity import reclaimable
@@ -57,18 +57,44 @@ def plan_settings() -> Settings:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """The plan of ``unit_path`` for ``month`` with its backtest."""
+    """The plan of an organisation for ``month`` with its backtest, seen from ``unit_path`` (the
+    organisation itself, or a unit in it: its items, outcomes and totals are those inside it; the
+    items keep the organisation plan's numbering)."""
 
     unit_path: str
     month: str
     plan: Plan
     today: dict[tuple[int, str], UnitOutcome]
     planned: dict[tuple[int, str], UnitOutcome]
-    reproduce_err: float
-    """|model − observed| allocated device-hours under the month's own quotas, share of observed."""
-    observed_h: float
+    observed: dict[tuple[int, str], float]
+    """Device-hours each unit really held (with telemetry)."""
     step_minutes: dict[str, int]
     paths: dict[int, str]
+
+    def inside(self, path: str) -> bool:
+        return path == self.unit_path or path.startswith(self.unit_path + "/")
+
+    def seen(self, path: str) -> PlanReport:
+        """The same plan seen from ``path`` (a unit of the organisation)."""
+        return replace(self, unit_path=path)
+
+    def items(self) -> list[tuple[int, Item]]:
+        """The items inside ``unit_path``, with their numbers in the organisation's plan."""
+        return [(n, i) for n, i in enumerate(self.plan.items) if self.inside(i.path)]
+
+    def _keys(self) -> list[tuple[int, str]]:
+        return [k for k in self.today if self.inside(self.paths.get(k[0], ""))]
+
+    @property
+    def observed_h(self) -> float:
+        return sum(self.observed.get(k, 0.0) for k in self._keys())
+
+    @property
+    def reproduce_err(self) -> float:
+        """|model − observed| allocated device-hours under the month's own quotas, share of observed."""
+        real = self.observed_h
+        model = sum(self.today[k].allocated_h for k in self._keys())
+        return abs(model - real) / real if real else 0.0
 
     def verdict(self, unit: int, flavor: str) -> dict[str, Any]:
         """The one verdict for a unit on a flavor: the plan's item, or why it keeps its quota."""
@@ -79,11 +105,15 @@ class PlanReport:
         return {"verdict": "keep", "item": None, "reason": reason}
 
     def totals(self) -> dict[str, Any]:
-        before, after = totals(self.today), totals(self.planned)
+        keys = self._keys()
+        before, after = totals({k: self.today[k] for k in keys}), totals({k: self.planned[k] for k in keys})
         return {"today": before.as_dict(), "plan": after.as_dict()}
 
+    def unmet(self) -> list[Unmet]:
+        return [u for u in self.plan.unmet if self.inside(u.parent) or any(self.inside(p) for p in u.units)]
+
     def as_dict(self) -> dict[str, Any]:
-        keys = sorted(self.today, key=lambda k: (self.paths.get(k[0], ""), k[1]))
+        keys = sorted(self._keys(), key=lambda k: (self.paths.get(k[0], ""), k[1]))
         return {
             "unit_path": self.unit_path,
             "month": self.month,
@@ -92,7 +122,7 @@ class PlanReport:
                 "max_move_min": self.plan.settings.max_move_min,
                 "min_need_share": self.plan.settings.min_need_share,
             },
-            "items": [item_dict(i, n) for n, i in enumerate(self.plan.items)],
+            "items": [item_dict(i, n) for n, i in self.items()],
             "unmet": [
                 {
                     "parent": u.parent,
@@ -102,7 +132,7 @@ class PlanReport:
                     "units": list(u.units),
                     "would_have_to_give": u.gives,
                 }
-                for u in self.plan.unmet
+                for u in self.unmet()
             ],
             "dropped": list(self.plan.dropped),
             "backtest": {
@@ -272,15 +302,17 @@ def _cache_key(snapshot: OrgSnapshot, path: str, start: datetime, end: datetime)
 
 
 def governance_plan(unit: OrgUnit, month: str) -> PlanReport:
-    """The plan and backtest of ``unit``'s subtree for ``month`` (YYYY-MM, UTC); ValueError on a bad
-    month."""
+    """The plan of ``unit``'s organisation for ``month`` (YYYY-MM, UTC), seen from ``unit``: one plan
+    per organisation, so a department's review, a team's finding and the API give one verdict.
+    ValueError on a bad month."""
     period = showback_period(month)
-    return plan_for(unit.path, period.start, period.end, month)
+    return plan_for(unit.path.split("/", 1)[0], period.start, period.end, month).seen(unit.path)
 
 
 def plan_for(path: str, start: datetime, end: datetime, label: str) -> PlanReport:
-    """The plan and backtest of the subtree at ``path`` from the demand of [start, end). Cached in the
-    shared cache until policy or usage changes (any process reads what another computed)."""
+    """The plan and backtest of the organisation at ``path`` from the demand of [start, end): every
+    flavor's units in one replay (borrowing crosses departments). Cached in the shared cache until
+    policy or usage changes (any process reads what another computed)."""
     snapshot = org_snapshot()
     key = _cache_key(snapshot, path, start, end)
     found = cache.get(key)
@@ -296,23 +328,21 @@ def plan_for(path: str, start: datetime, end: datetime, label: str) -> PlanRepor
 
 
 def _report(
-    path: str, month: str, snapshot: OrgSnapshot, demands: list[FlavorDemand], steps: dict[str, int], plan: Plan
+    path: str, label: str, snapshot: OrgSnapshot, demands: list[FlavorDemand], steps: dict[str, int], plan: Plan
 ) -> PlanReport:
     terms = plan.terms()
     today: dict[tuple[int, str], UnitOutcome] = {}
     planned: dict[tuple[int, str], UnitOutcome] = {}
-    err_num = observed = 0.0
+    observed: dict[tuple[int, str], float] = {}
     for d in demands:
         base = simulate(d, {})
         after = simulate(d, {u: t for (u, f), t in terms.items() if f == d.flavor})
-        real = float(np.where(d.present, d.held, 0.0).sum()) * d.step_minutes / 60
-        err_num += reproduction_error(d, base) * real
-        observed += real
+        real = observed_allocated_h(d)
         for u in d.units:
             today[(u, d.flavor)], planned[(u, d.flavor)] = base[u], after[u]
+            observed[(u, d.flavor)] = real[u]
     paths = {uid: snapshot.path(uid) for uid, _ in today}
-    return PlanReport(path, month, plan, today, planned, err_num / observed if observed else 0.0, observed, steps,
-                      paths)  # fmt: skip
+    return PlanReport(path, label, plan, today, planned, observed, steps, paths)
 
 
 def backtest_what_if(
@@ -363,13 +393,16 @@ def plan_accept(*, actor: Any, unit: OrgUnit, month: str, items: Sequence[int] |
 
     report = governance_plan(unit, month)
     plan = report.plan
-    if not plan.items:
-        raise InputError("items", f"the plan of {unit.path} for {month} changes nothing", "nothing to request")
-    chosen = list(range(len(plan.items))) if items is None else sorted(set(items))
-    wrong = [i for i in chosen if not 0 <= i < len(plan.items)]
+    mine = [n for n, _ in report.items()]
+    if not mine:
+        raise InputError("items", f"the plan for {month} changes nothing in {unit.path}", "nothing to request")
+    chosen = mine if items is None else sorted(set(items))
+    wrong = [i for i in chosen if i not in mine]
     if wrong or not chosen:
         raise InputError(
-            "items", f"the plan has items 0 to {len(plan.items) - 1}; got {wrong or 'none'}", "pick items it lists"
+            "items",
+            f"the plan's items in {unit.path} are {', '.join(map(str, mine))}; got {wrong or 'none'}",
+            "pick items it lists",
         )
     snapshot = org_snapshot()
     if check_plan(snapshot, plan.edits(chosen)):
@@ -386,7 +419,7 @@ def plan_accept(*, actor: Any, unit: OrgUnit, month: str, items: Sequence[int] |
         QuotaChange(i.unit, ids[i.flavor], GPU, i.after.guarantee, i.after.burst, i.after.lendable)
         for i in (plan.items[n] for n in chosen)
     ]
-    what = "the whole plan" if len(chosen) == len(plan.items) else f"items {', '.join(map(str, chosen))} of the plan"
+    what = "the whole plan" if chosen == mine else f"items {', '.join(map(str, chosen))} of the plan"
     before, after = report.totals()["today"], report.totals()["plan"]
     why = (reason.strip() + " — " if reason.strip() else "") + (
         f"governance plan {unit.path} {month}, {what}: backtested on {month}, queued "

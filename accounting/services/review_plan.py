@@ -69,7 +69,7 @@ def plan_summary(report: PlanReport) -> dict[str, Any]:
     totals = report.totals()
     return {
         "plan": {
-            "items": len(report.plan.items),
+            "items": len(report.items()),
             "today": totals["today"],
             "with_plan": totals["plan"],
             "reproduce_err_pct": round(100 * report.reproduce_err, 4),
@@ -77,7 +77,7 @@ def plan_summary(report: PlanReport) -> dict[str, Any]:
             "cannot_fix": [
                 f"{u.parent} on {u.flavor}: {u.devices} more devices wanted by {', '.join(u.units[:5])} "
                 f"({u.value_h:,.0f} device-hours of need); would have to give: {u.gives}"
-                for u in report.plan.unmet
+                for u in report.unmet()
             ],
             "dropped": list(report.plan.dropped),
         }

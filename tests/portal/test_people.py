@@ -26,7 +26,9 @@ def test_an_admin_adds_a_person_who_sets_their_own_password(demo, settings, djan
             {"action": "person", "username": "jdoe", "email": "jdoe@example.org", "reason": "joins nlp"},
             follow=True,
         ).content.decode()
-    link = re.search(r"(http://[^ <]+/accounts/reset/[^ <]+/)", page).group(1)
+    found = re.search(r"(http://[^ <]+/accounts/reset/[^ <]+/)", page)
+    assert found, "the page shows the one-time link"
+    link = found.group(1)
     person = User.objects.get(username="jdoe")
     assert not person.has_usable_password() and not person.is_staff
     assert [m.to for m in mail.outbox] == [["jdoe@example.org"]] and link in mail.outbox[0].body
