@@ -559,7 +559,6 @@ def last_month(now: datetime | None = None) -> str:
     return (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
 
 
-@transaction.atomic
 def _may_accept(actor: Any, unit: Any, rec: dict[str, Any]) -> None:
     """Leads of the recommendation's unit or above (or of the review's unit), and platform admins."""
     from quotas.access import NotAllowedError, may_request
@@ -570,6 +569,7 @@ def _may_accept(actor: Any, unit: Any, rec: dict[str, Any]) -> None:
         raise NotAllowedError(f"you lead neither {target.path} nor a unit above it: ask its lead to accept this")
 
 
+@transaction.atomic
 def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> Any:
     """Turn recommendation ``index`` of a stored review into a change request (approved through the
     usual flow) and record it on the review; audited. A recommendation accepted already returns its
@@ -628,6 +628,7 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
     return request
 
 
+@transaction.atomic
 def review_accept_plan(*, actor: Any, review: Any, reason: str = "") -> Any:
     """The review's whole plan as one change request (``accounting.services.plan.plan_accept``, decided
     by someone above every unit it changes and applied atomically); recorded on the review, audited."""
@@ -636,6 +637,16 @@ def review_accept_plan(*, actor: Any, review: Any, reason: str = "") -> Any:
     from quotas.services.audit import audit_event, audit_write
 
     review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
+    earlier = review.summary.get("plan_change_request")
+    if earlier:  # accepted already (a second click, another head): that request, checked like a new one
+        from quotas.access import NotAllowedError, may_read_request
+        from quotas.models import ChangeRequest
+
+        found = ChangeRequest.objects.filter(pk=earlier).first()
+        if found is not None:
+            if not may_read_request(actor, found):
+                raise NotAllowedError(f"you lead neither {review.unit.path} nor a unit above it")
+            return found
     request = plan_accept(actor=actor, unit=review.unit, month=review.month, reason=reason)
     review.summary = {**review.summary, "plan_change_request": request.pk}
     review.save(update_fields=["summary"])

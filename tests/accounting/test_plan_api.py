@@ -124,3 +124,18 @@ def test_the_what_if_panel_beside_the_quota_form(org, month, admin_client):  # n
     assert "Queued 7200 → 0 device-hours" in text  # ops' 7,200 are served
     empty = admin_client.post(f"/units/{org.ops.pk}/what-if/", {}).content.decode()
     assert "Change a GPU number above" in empty
+
+
+def test_a_reviews_plan_is_requested_once(org, full, django_capture_on_commit_callbacks):
+    """The review page's one button: the review's plan as one change request, recorded on the review,
+    audited; pressed again (or by another head) it answers with the same request."""
+    from accounting.services.review import review_accept_plan, review_generate
+
+    review = review_generate(unit=org.acme, month=full, formats=("csv",))
+    first = review_accept_plan(actor=org.admin, review=review, reason="as the review says")
+    again = review_accept_plan(actor=org.admin, review=review)
+    assert first == again and ChangeRequest.objects.count() == 1
+    review.refresh_from_db()
+    assert review.summary["plan_change_request"] == first.pk
+    assert AuditEvent.objects.filter(action="review_accept_plan").count() == 1
+    assert len(first.changes) == review.summary["plan"]["items"]
