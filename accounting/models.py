@@ -159,14 +159,18 @@ class Allocation(models.Model):
 class UsageSample(models.Model):
     """A unit's state on a flavor at one minute (the replay source; telemetry sources later)."""
 
-    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT)
-    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT)
+    # Written in bulk (a month is 700,000 rows) from units and flavors the load resolves from live rows
+    # in its transaction: no database foreign keys (on SQLite an upsert that may set a foreign-key column
+    # took three times as long: 18.5 s against 6.2 s for the demo month). Deletes stay protected by Django.
+    # No index of their own either: the unique (unit, flavor, at) index leads with them.
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, db_constraint=False, db_index=False)
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, db_constraint=False, db_index=False)
     at = models.DateTimeField()
     guarantee = models.PositiveIntegerField()
     lendable = models.PositiveIntegerField(default=0)
     held = models.PositiveIntegerField()
     queued = models.PositiveIntegerField(default=0)
-    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL)
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["unit", "flavor", "at"], name="sample_once_per_minute")]

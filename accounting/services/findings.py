@@ -509,7 +509,14 @@ def _mail_leads(finding: Finding) -> None:
     if not emails:
         return
     subject = f"[Allot] {finding.get_kind_display()}: {finding.summary}"[:200]
-    cost = f"At stake: {finding.cost}\n" if finding.cost is not None else ""
+    cost = f"At stake: {finding.cost} {settings.ALLOT_CURRENCY}\n" if finding.cost is not None else ""
+    if finding.kind == "demand_above_guarantee":  # waiting, not spend
+        queued = finding.evidence.get("queued_h")
+        cost = f"Waiting: {queued} device-hours queued" + (
+            f" (worth {finding.cost} {settings.ALLOT_CURRENCY} of devices at the flavor's price; not spend)\n"
+            if finding.cost is not None
+            else "\n"
+        )
     text = f"{finding.summary}\n\n{cost}Suggested: {finding.suggestion}\n\nFinding #{finding.pk}: /findings/\n"
     transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))
 

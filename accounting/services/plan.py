@@ -317,7 +317,7 @@ def plan_for(path: str, start: datetime, end: datetime, label: str) -> PlanRepor
     key = _cache_key(snapshot, path, start, end)
     found = cache.get(key)
     if isinstance(found, PlanReport):
-        return found
+        return replace(found, month=label)
     demands, steps = month_demand(snapshot, path, start, end)
     lends_idle = {k: f.lends_idle_guarantees for k, f in snapshot.flavors.items()}
     found = [e for d in demands for e in evidence(d)]
