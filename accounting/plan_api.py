@@ -22,6 +22,7 @@ from quotas.models import OrgUnit
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import Quota
 from quotas.selectors import flavor_keys, org_snapshot
+from quotas.services.quota import QuotaChange, proposed_quota
 
 
 def _month(value: str) -> str:
@@ -144,7 +145,7 @@ def backtest_view(request: Request) -> Response:
     unit = _unit(data["unit"], request.user)
     snapshot = org_snapshot()
     ids = {u.path: uid for uid, u in snapshot.units.items()}
-    keys = set(flavor_keys().values())
+    flavor_ids = {key: fid for fid, key in flavor_keys().items()}
     changes: dict[tuple[int, str], Quota] = {}
     errors: dict[str, str] = {}
     for n, change in enumerate(data["changes"]):
@@ -152,13 +153,12 @@ def backtest_view(request: Request) -> Response:
         if uid is None or not (change["unit"] == unit.path or change["unit"].startswith(unit.path + "/")):
             errors[f"changes[{n}].unit"] = f"{change['unit']!r} is not an active unit within {unit.path}"
             continue
-        if change["flavor"] not in keys:
+        if change["flavor"] not in flavor_ids:
             errors[f"changes[{n}].flavor"] = f"unknown flavor {change['flavor']!r}: use cluster/flavor"
             continue
-        now = snapshot.quota(uid, change["flavor"], Resource.GPU)
-        changes[(uid, change["flavor"])] = Quota(
-            *(getattr(now, f) if change[f] is None else change[f] for f in ("guarantee", "burst", "lendable"))
-        )
+        asked = QuotaChange(uid, flavor_ids[change["flavor"]], Resource.GPU, change["guarantee"], change["burst"],
+                            change["lendable"])  # fmt: skip
+        changes[(uid, change["flavor"])] = proposed_quota(asked, snapshot.quota(uid, change["flavor"], Resource.GPU))
     if errors:
         raise serializers.ValidationError(errors)
     return Response(backtest_what_if(unit, data["month"], changes))

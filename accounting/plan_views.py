@@ -13,13 +13,19 @@ from django.views.decorators.http import require_POST
 
 from accounting.charts import comparison_rows
 from accounting.services.plan import backtest_what_if, latest_month
-from quotas.access import may_read_costs
+from quotas.access import led_paths, may_read_costs
 from quotas.models import OrgUnit
 from quotas.policy.quantity import QuantityError, Resource, parse_quantity
 from quotas.policy.snapshot import Quota
 from quotas.selectors import flavor_keys, org_snapshot
+from quotas.services.quota import QuotaChange, proposed_quota
 
 FIELDS = ("guarantee", "burst", "lendable")
+
+
+def _asked(unit: int, key: str, flavor: int, values: list[int | None], snapshot: Any) -> Quota:
+    """The quota the form asks for: its values where given, today's elsewhere (the edit path's rule)."""
+    return proposed_quota(QuotaChange(unit, flavor, Resource.GPU, *values), snapshot.quota(unit, key, Resource.GPU))
 
 
 def _number(raw: object) -> int | None:
@@ -39,22 +45,20 @@ def _proposed(unit: OrgUnit, data: Any) -> tuple[str, dict[tuple[int, str], Quot
     if data.get("flavor") and data.get("resource"):
         if data.get("resource") != Resource.GPU.value:
             return unit.path, {}
-        key = keys.get(int(data["flavor"])) if str(data["flavor"]).isdigit() else None
+        fid = int(data["flavor"]) if str(data["flavor"]).isdigit() else 0
+        key = keys.get(fid)
         for child in snapshot.children.get(unit.pk, ()) if key else ():
-            values = [_number(data.get(f"{f}-{child}")) for f in FIELDS]
-            now = snapshot.quota(child, key, Resource.GPU)  # type: ignore[arg-type]
-            proposed = Quota(*(getattr(now, f) if v is None else v for f, v in zip(FIELDS, values, strict=True)))
-            if proposed != now:
-                changes[(child, key)] = proposed  # type: ignore[index]
+            assert key is not None
+            proposed = _asked(child, key, fid, [_number(data.get(f"{f}-{child}")) for f in FIELDS], snapshot)
+            if proposed != snapshot.quota(child, key, Resource.GPU):
+                changes[(child, key)] = proposed
         return unit.path, changes
     for fid, key in keys.items():
         sent = [data.get(f"{f}-{fid}-gpu") for f in FIELDS]
         if all(v is None for v in sent):
             continue
-        now = snapshot.quota(unit.pk, key, Resource.GPU)
-        values = [_number(v) for v in sent]
-        proposed = Quota(*(getattr(now, f) if v is None else v for f, v in zip(FIELDS, values, strict=True)))
-        if proposed != now:
+        proposed = _asked(unit.pk, key, fid, [_number(v) for v in sent], snapshot)
+        if proposed != snapshot.quota(unit.pk, key, Resource.GPU):
             changes[(unit.pk, key)] = proposed
     scope = unit.parent.path if unit.parent_id and unit.parent else unit.path
     return scope, changes
@@ -73,8 +77,9 @@ def quota_what_if(request: HttpRequest, unit_id: int) -> HttpResponse:
     context: dict[str, Any] = {"month": month, "changes": changes, "answer": None, "rows": []}
     if month and changes:
         answer = backtest_what_if(scope, month, changes, minutes=False)
-        readable = [r for r in answer["units"] if may_read_costs(request.user, r["unit_path"])]
-        whole = may_read_costs(request.user, scope.path)
+        led = led_paths(request.user)  # once, not a query per row
+        readable = [r for r in answer["units"] if may_read_costs(request.user, r["unit_path"], led)]
+        whole = may_read_costs(request.user, scope.path, led)
         context.update(
             answer=answer,
             rows=comparison_rows(readable if whole else [r for r in readable if r["changed"]]),

@@ -577,7 +577,6 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
     from accounting.models import Review
     from accounting.services.findings import request_suggested_change
     from quotas.errors import InputError
-    from quotas.services.audit import audit_event, audit_write
 
     review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
     if not 0 <= index < len(review.recommendations):
@@ -610,22 +609,24 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
     recommendations[index] = {**rec, "change_request": request.pk}
     review.recommendations = recommendations
     review.save(update_fields=["recommendations"])
+    after = {"change_request": request.pk, "verdict": rec["verdict"]}
+    _audit_accept(actor, review, "review_accept", f"#{index}", after, why, rec["unit_path"])
+    return request
+
+
+def _audit_accept(actor: Any, review: Any, action: str, what: str, after: dict[str, Any], why: str, path: str) -> None:
+    """The audit row of a review's recommendation (or plan) turned into a change request."""
+    from quotas.services.audit import audit_event, audit_write
+
     audit_write(
         [
             audit_event(
-                actor=actor,
-                action="review_accept",
-                obj_type="review",
-                obj_id=review.pk,
-                obj_repr=f"{review.unit.path} {review.month} #{index}",
-                before=None,
-                after={"change_request": request.pk, "verdict": rec["verdict"]},
-                reason=why[:500],
-                unit_path=rec["unit_path"],
+                actor=actor, action=action, obj_type="review", obj_id=review.pk,
+                obj_repr=f"{review.unit.path} {review.month} {what}", before=None, after=after, reason=why[:500],
+                unit_path=path,
             )
         ]
-    )
-    return request
+    )  # fmt: skip
 
 
 @transaction.atomic
@@ -634,7 +635,6 @@ def review_accept_plan(*, actor: Any, review: Any, reason: str = "") -> Any:
     by someone above every unit it changes and applied atomically); recorded on the review, audited."""
     from accounting.models import Review
     from accounting.services.plan import plan_accept
-    from quotas.services.audit import audit_event, audit_write
 
     review = Review.objects.select_for_update().select_related("unit").get(pk=review.pk)
     earlier = review.summary.get("plan_change_request")
@@ -650,19 +650,6 @@ def review_accept_plan(*, actor: Any, review: Any, reason: str = "") -> Any:
     request = plan_accept(actor=actor, unit=review.unit, month=review.month, reason=reason)
     review.summary = {**review.summary, "plan_change_request": request.pk}
     review.save(update_fields=["summary"])
-    audit_write(
-        [
-            audit_event(
-                actor=actor,
-                action="review_accept_plan",
-                obj_type="review",
-                obj_id=review.pk,
-                obj_repr=f"{review.unit.path} {review.month} plan",
-                before=None,
-                after={"change_request": request.pk, "items": len(request.changes)},
-                reason=request.reason[:500],
-                unit_path=review.unit.path,
-            )
-        ]
-    )
+    after = {"change_request": request.pk, "items": len(request.changes)}
+    _audit_accept(actor, review, "review_accept_plan", "plan", after, request.reason, review.unit.path)
     return request
