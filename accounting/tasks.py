@@ -73,7 +73,20 @@ def ingest_all_dcgm() -> list[int]:
 def rollup_recent(hours: int = 48) -> int:
     """From beat: rebuild the rollups of the last ``hours`` (late and corrected records land there)."""
     now = timezone.now()
-    return usage_rollup(start=now - timedelta(hours=hours), end=now + timedelta(hours=1), now=now)
+    rows = usage_rollup(start=now - timedelta(hours=hours), end=now + timedelta(hours=1), now=now)
+    evaluate_budgets.delay()  # spend is read from the rollups just rebuilt
+    return rows
+
+
+@shared_task(
+    name="accounting.tasks.evaluate_budgets", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3
+)
+def evaluate_budgets() -> dict[str, object]:
+    """After each rollup: every budget's spend this period; a budget running out (or released) is
+    audited, which enforces it on the clusters (quotas.services.enforce)."""
+    from accounting.services.budgets import budgets_evaluate
+
+    return budgets_evaluate()
 
 
 @shared_task(name="accounting.tasks.detect_findings")

@@ -341,6 +341,14 @@ ALLOT_PLAN = {
 _plan_problems = PlanSettings(**ALLOT_PLAN).problems()  # type: ignore[arg-type]  # floats and ints as typed
 if _plan_problems:
     raise ImproperlyConfigured("ALLOT_PLAN_*: " + "; ".join(_plan_problems))
+# GPU-hour budgets (quotas/policy/budgets.py): the burn rate behind the forecast is the spend of the last
+# ALLOT_BUDGET_TRAILING_HOURS (default 72, 1-744); the evaluation runs after each hourly rollup.
+ALLOT_BUDGET_TRAILING_HOURS = env_int("ALLOT_BUDGET_TRAILING_HOURS", 72)
+if not 1 <= ALLOT_BUDGET_TRAILING_HOURS <= 744:
+    raise ImproperlyConfigured(
+        f"ALLOT_BUDGET_TRAILING_HOURS={ALLOT_BUDGET_TRAILING_HOURS} is outside 1-744: "
+        "give the hours behind the burn rate"
+    )
 # Monthly governance reviews: beat builds last month's on the 1st; their files are kept in the database.
 # ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
 # ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.

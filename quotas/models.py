@@ -525,3 +525,95 @@ class BeatRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.last_run_at:%Y-%m-%d %H:%M}"
+
+
+class BudgetPeriod(models.TextChoices):
+    MONTH = "month", "Month (UTC)"
+    QUARTER = "quarter", "Quarter (UTC)"
+
+
+class BudgetAction(models.TextChoices):
+    REPORT = "report", "Report: findings and mail only"
+    NO_BORROWING = "no-borrowing", "No borrowing: keeps its guarantee, may not borrow"
+    HOLD = "hold", "Hold: no new workloads start, running ones finish"
+    DENY = "deny", "Deny: new workloads are refused at submission"
+
+
+class Budget(models.Model):
+    """Device-hours a unit (with its subtree) may spend on a flavor per period (quotas.policy.budgets)."""
+
+    unit = models.ForeignKey(OrgUnit, on_delete=PROTECT, related_name="budgets")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=PROTECT, related_name="budgets")
+    period = models.CharField(max_length=16, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH)
+    device_hours = models.PositiveIntegerField(help_text="Device-hours per period.")
+    action = models.CharField(max_length=16, choices=BudgetAction.choices, default=BudgetAction.REPORT)
+    tiers = models.JSONField(
+        default=list, help_text='Tiers it counts and stops, e.g. ["P1", "P2", "P3"]: a serving tier only if named.'
+    )
+    warn_percent = models.PositiveSmallIntegerField(default=80, help_text="Warn when this share is spent (1–100).")
+    carry_over_cap = models.PositiveIntegerField(
+        default=0, help_text="Device-hours of last period's unused budget it may carry over; 0: none."
+    )
+    oversubscription = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=1,
+        help_text="Its children's budgets on the flavor may add up to this times its own (1: no more than it).",
+    )
+    starts_on = models.DateField(null=True, blank=True, help_text="First day of its first period; empty: this one.")
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["unit__path", "flavor__cluster__name", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["unit", "flavor"], name="budget_unique"),
+            models.CheckConstraint(
+                condition=Q(carry_over_cap__lte=F("device_hours")), name="budget_carry_over_within_budget"
+            ),
+            models.CheckConstraint(
+                condition=Q(warn_percent__gte=1) & Q(warn_percent__lte=100), name="budget_warn_percent_range"
+            ),
+            models.CheckConstraint(condition=Q(oversubscription__gte=1), name="budget_oversubscription_min"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.unit_id}:{self.flavor_id} {self.device_hours}h/{self.period}"
+
+    @property
+    def etag(self) -> str:
+        return f'"b{self.pk}-v{self.version}"'
+
+
+class BudgetSpend(models.Model):
+    """A budget's period as evaluated after each rollup: spend, allowance and when it warned, ran out and
+    was released. Written by the evaluation (quotas.services.budgets.budget_spend_record), one row a period."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="spends")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    allowance = models.FloatField(help_text="Device-hours: the budget plus what it carried over.")
+    carried = models.FloatField(default=0)
+    spent = models.FloatField(default=0)
+    rate_per_day = models.FloatField(default=0, help_text="Trailing burn rate, device-hours a day.")
+    by_unit = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="unit id → [inside-guarantee, borrowed × factor] device-hours since Slurm's QOS usage was reset.",
+    )
+    reset_at = models.DateTimeField(null=True, blank=True, help_text="When Allot last zeroed its Slurm QOS usage.")
+    warned_at = models.DateTimeField(null=True, blank=True)
+    exhausted_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True, help_text="Raised above its spend after running out.")
+    evaluated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-period_start", "budget_id"]
+        constraints = [models.UniqueConstraint(fields=["budget", "period_start"], name="budget_spend_once")]
+
+    def held_seconds(self, now: Any) -> int:
+        """How long its action was in force this period."""
+        if self.exhausted_at is None:
+            return 0
+        until = self.released_at or min(now, self.period_end)
+        return max(0, int((until - self.exhausted_at).total_seconds()))

@@ -5,15 +5,19 @@ snapshots for the policy core, built with a handful of ``values()`` queries (no 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from quotas.models import (
     AuditEvent,
+    Budget,
+    BudgetSpend,
     CapacityReservation,
     Cluster,
     ClusterKind,
@@ -25,6 +29,7 @@ from quotas.models import (
     SubtreeCeilings,
     WorkloadTier,
 )
+from quotas.policy import budgets as bud
 from quotas.policy import snapshot as snap
 from quotas.policy.kueue import KueueFlavor, KueueTarget
 from quotas.policy.quantity import Resource
@@ -50,7 +55,54 @@ def flavor_keys() -> dict[int, str]:
 def org_snapshot(*, include_quotas: bool = True) -> snap.OrgSnapshot:
     """The whole active tree as a frozen snapshot (6 queries, whatever its size)."""
     quotas = Quota.objects.filter(unit__archived_at__isnull=True) if include_quotas else Quota.objects.none()
-    return _snapshot(active_units(), quotas, complete=True)
+    whole = _snapshot(active_units(), quotas, complete=True)
+    budgets, spends = budget_maps(keys=None)
+    return replace(whole, budgets=MappingProxyType(budgets), budget_spend=MappingProxyType(spends))
+
+
+def budget_maps(
+    *, keys: dict[int, str] | None = None, units: Iterable[int] | None = None
+) -> tuple[dict[bud.BudgetKey, bud.Budget], dict[bud.BudgetKey, bud.BudgetSpend]]:
+    """Budgets of active units (of ``units`` when given) and each one's newest evaluated period (2 queries)."""
+    keys = keys if keys is not None else flavor_keys()
+    rows = Budget.objects.filter(unit__archived_at__isnull=True)
+    if units is not None:
+        rows = rows.filter(unit_id__in=list(units))
+    budgets: dict[bud.BudgetKey, bud.Budget] = {}
+    ids: dict[int, bud.BudgetKey] = {}
+    for row in rows.values(
+        "id", "unit_id", "flavor_id", "period", "device_hours", "action", "tiers", "warn_percent",
+        "carry_over_cap", "oversubscription", "starts_on",
+    ):  # fmt: skip
+        key = (row["unit_id"], keys[row["flavor_id"]])
+        ids[row["id"]] = key
+        budgets[key] = bud.Budget(
+            row["unit_id"],
+            key[1],
+            row["device_hours"],
+            bud.Period(row["period"]),
+            bud.BudgetAction(row["action"]),
+            tuple(sorted(row["tiers"])),
+            row["warn_percent"],
+            row["carry_over_cap"],
+            float(row["oversubscription"]),
+            row["starts_on"],
+        )
+    spends: dict[bud.BudgetKey, bud.BudgetSpend] = {}
+    for spend in (
+        BudgetSpend.objects.filter(budget_id__in=list(ids))
+        .order_by("budget_id", "-period_start")
+        .values("budget_id", "period_start", "allowance", "spent", "by_unit")
+    ):
+        key = ids[spend["budget_id"]]
+        if key not in spends:
+            spends[key] = bud.BudgetSpend(
+                spend["period_start"],
+                spend["allowance"],
+                spend["spent"],
+                MappingProxyType({int(u): (v[0], v[1]) for u, v in spend["by_unit"].items()}),
+            )
+    return budgets, spends
 
 
 def roots_snapshot() -> snap.OrgSnapshot:
@@ -206,6 +258,7 @@ def kueue_target(cluster: Cluster) -> KueueTarget:
         namespaces={unit: tuple(sorted(found)) for unit, found in namespaces.items()},
         local_queue_names=local_queues,
         revision=policy_revision(),
+        at=timezone.now(),
     )
 
 
@@ -241,15 +294,16 @@ def slurm_target(cluster: Cluster) -> Any:
         {u: tuple(sorted(m)) for u, m in members.items()},
         strict=cluster.subtree_ceilings != SubtreeCeilings.PERMISSIVE,
         qos_prefix=cluster.slurm_qos_prefix,
+        at=timezone.now(),
     )
 
 
-def slurm_desired(cluster: Cluster) -> Any:
+def slurm_desired(cluster: Cluster, snapshot: snap.OrgSnapshot | None = None) -> Any:
     """What Allot wants on a Slurm cluster now: its :class:`SlurmState` (raises ValueError for a
     connection_ref that is not ``slurm:<name>``)."""
     from quotas.policy.slurm.translate import compile_slurm
 
-    return compile_slurm(org_snapshot(), slurm_target(cluster))
+    return compile_slurm(snapshot or org_snapshot(), slurm_target(cluster))
 
 
 def clusters_overview() -> list[dict[str, Any]]:

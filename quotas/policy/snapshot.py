@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 
+from .budgets import Budget, BudgetSpend
 from .quantity import Resource
 
 QuotaKey = tuple[int, str, Resource]
@@ -121,6 +122,10 @@ class OrgSnapshot:
     contracts: Mapping[str, Contract] = field(default_factory=lambda: MappingProxyType({}))
     tiers: Mapping[str, Tier] = field(default_factory=lambda: MappingProxyType({}))
     scheduling_pass_s: int = 10
+    budgets: Mapping[tuple[int, str], Budget] = field(default_factory=lambda: MappingProxyType({}))
+    """GPU-hour budgets per (unit id, flavor key)."""
+    budget_spend: Mapping[tuple[int, str], BudgetSpend] = field(default_factory=lambda: MappingProxyType({}))
+    """Each budget's current period as last evaluated (quotas.policy.budgets)."""
     complete: bool = True
     """False for a neighbourhood snapshot: whole-tree checks (cycles, roots) are skipped."""
 

@@ -21,6 +21,10 @@ class ViolationCode(StrEnum):
     BAD_WEIGHT = "bad_weight"
     CONTRACT_INFEASIBLE = "contract_infeasible"
     TIER_INCONSISTENT = "tier_inconsistent"
+    BUDGET_INVALID = "budget_invalid"
+    BUDGET_BELOW_SPENT = "budget_below_spent"
+    BUDGETS_EXCEED_PARENT = "budgets_exceed_parent"
+    BUDGET_PERIOD_MISMATCH = "budget_period_mismatch"
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,10 @@ POLICY_ACTIONS = frozenset(
         "cluster_set",
         "reservation_set",
         "reservation_delete",
+        "budget_set",
+        "budget_delete",
+        "budget_exhausted",
+        "budget_released",
     }
 )
 PENDING = "allot:enforce:pending:{}"
@@ -65,11 +69,21 @@ def enforce_soon(events: Iterable[AuditEvent]) -> None:
     transaction.on_commit(_queue)
 
 
-def _queue() -> None:
+def enforce_clusters_soon(cluster_ids: Iterable[int]) -> None:
+    """After commit, a debounced enforcement of these clusters: what they enforce moved without a
+    policy edit (a budget's Slurm minutes follow its spend)."""
+    ids = set(cluster_ids)
+    if settings.ALLOT_ENFORCE_ON_CHANGE and ids:
+        transaction.on_commit(lambda: _queue(ids))
+
+
+def _queue(only: set[int] | None = None) -> None:
     from quotas.tasks import enforce_cluster
 
     delay = settings.ALLOT_ENFORCE_DELAY_SECONDS
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
+        if only is not None and cluster_id not in only:
+            continue
         if cache.add(PENDING.format(cluster_id), 1, timeout=max(60, delay * 10)):
             enforce_cluster.apply_async((cluster_id,), countdown=delay)
 

@@ -60,6 +60,7 @@ from quotas.policy.slurm.diff import check_tres, hold_back, plan_slurm
 from quotas.selectors import kueue_target, org_snapshot, policy_revision, slurm_desired
 
 from .audit import Actor, audit_event, audit_write, require_reason
+from .budget_sync import budget_notes, slurm_resets
 
 Key = tuple[str, str, str]
 
@@ -152,11 +153,14 @@ def cluster_sync(
 def _sync(run: _Run, cluster: Cluster, mode: str, client: KueueClient) -> None:
     target = kueue_target(cluster)
     run.run.revision = target.revision
+    snapshot = org_snapshot()
     try:
-        desired = compile_kueue(org_snapshot(), target)
+        desired = compile_kueue(snapshot, target)
     except CompileError as exc:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
+    if target.at is not None:
+        run.notes.extend(budget_notes(snapshot, cluster, target.at))
     desired = _keep_foreign_local_queues(run, client, desired)
     listed = [obj for kind in APPLY_ORDER for obj in client.list_managed(kind)]
     actual = {object_key(obj): obj for obj in listed if _cluster_label(obj) in (cluster.name, None)}
@@ -425,7 +429,9 @@ def slurm_sync(
     )
     runner = runner or Sacctmgr()
     try:
-        desired = slurm_desired(cluster)
+        snapshot = org_snapshot()
+        desired = slurm_desired(cluster, snapshot)
+        run.notes.extend(budget_notes(snapshot, cluster, timezone.now()))
         for problem in desired.problems:
             run.add((problem.kind, "", problem.name), SyncOutcome.INVALID, message=problem.message)
         commands, refusals = _plan_slurm(desired, runner)
@@ -445,6 +451,7 @@ def slurm_sync(
             _report_slurm_plan(run, steps, drift=drift)
         else:
             _apply_slurm(run, runner, steps)
+            run.notes.extend(slurm_resets(cluster, desired, runner)[0])
             left, _ = _plan_slurm(desired, runner)
             skipped = {(o.kind, o.name) for o in run.objects if o.outcome == SyncOutcome.INVALID}
             left = [c for c in left if (c.kind, c.name) not in skipped]

@@ -13,7 +13,11 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   Cohort unit with namespaces of its own also gets a ClusterQueue of the same name with nominal 0
   that borrows from its Cohort's residual;
 * bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
-* tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins).
+* tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins);
+* a spent GPU-hour budget (quotas.policy.budgets, evaluated at the target's ``at``): ``no-borrowing``
+  → the unit's ``borrowingLimit: 0`` on the flavor's GPUs (its own queue of a cohort unit: its
+  guarantee); ``hold`` covering every tier → its subtree's LocalQueues ``stopPolicy: Hold`` (running
+  workloads finish); both end when the period does or the budget is raised. ``deny`` is the webhook's.
 
 Names are the unit path with dots (``acme.research.nlp``): slugs have no dots, so names never collide.
 Flavors are listed cheapest billing weight first: Kueue takes the first flavor that fits, so work
@@ -24,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import yaml
 
+from ..budgets import BudgetAction, effects
 from ..quantity import Resource, format_quantity
 from ..snapshot import ZERO, Contract, OrgSnapshot, UnitKind
 
@@ -66,6 +72,8 @@ class KueueTarget:
     local_queue_names: Mapping[str, str] = field(default_factory=dict)
     """LocalQueue name per namespace where it was adopted under another name."""
     revision: int = 0
+    at: datetime | None = None
+    """When the policy is compiled: which budgets are spent now. None: budgets are left out."""
 
 
 class CompileError(ValueError):
@@ -104,6 +112,17 @@ class _Compiler:
         )
         self.capped = {u for (u, fk, _), q in snapshot.quotas.items() if fk in keys and q != ZERO}
         self.present = self._present()
+        spent = (
+            effects(snapshot.budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, target.at)
+            if target.at is not None
+            else []
+        )
+        self.no_borrowing = {(e.unit_id, e.flavor) for e in spent if e.action is BudgetAction.NO_BORROWING}
+        self.held = {uid for e in spent if e.queue_hold and e.flavor in keys for uid in e.units}
+
+    def borrowing(self, uid: int, flavor: str, resource: Resource, allowed: int) -> int:
+        """``allowed``, or 0 for GPUs while a no-borrowing budget of the unit is spent."""
+        return 0 if resource is Resource.GPU and (uid, flavor) in self.no_borrowing else allowed
 
     def _present(self) -> set[int]:
         """Units with an object on this cluster: those with quota here, and for namespaces the unit
@@ -200,7 +219,9 @@ class _Compiler:
                 value = quota.guarantee if nominal == "own" else self.residual(uid, flavor.key, resource)
                 entry: dict[str, Any] = {"name": resource.value, "nominalQuota": format_quantity(resource, value)}
                 if limits:
-                    entry["borrowingLimit"] = format_quantity(resource, quota.burst)
+                    entry["borrowingLimit"] = format_quantity(
+                        resource, self.borrowing(uid, flavor.key, resource, quota.burst)
+                    )
                     entry["lendingLimit"] = format_quantity(resource, min(quota.lendable, value))
                 resources.append(entry)
             flavors.append({"name": flavor.name, "resources": resources})
@@ -220,8 +241,11 @@ class _Compiler:
             for group in groups:
                 for flavor in group["flavors"]:
                     for entry in flavor["resources"]:
-                        quota = self.s.quota(uid, _flavor_key(self.flavors, flavor["name"]), Resource(entry["name"]))
-                        entry["borrowingLimit"] = format_quantity(Resource(entry["name"]), quota.burst)
+                        key, resource = _flavor_key(self.flavors, flavor["name"]), Resource(entry["name"])
+                        quota = self.s.quota(uid, key, resource)
+                        entry["borrowingLimit"] = format_quantity(
+                            resource, self.borrowing(uid, key, resource, quota.burst)
+                        )
                         entry["lendingLimit"] = format_quantity(Resource(entry["name"]), quota.lendable)
         if groups:
             spec["resourceGroups"] = groups
@@ -247,21 +271,32 @@ class _Compiler:
                 for flavor in group["flavors"]:
                     for entry in flavor["resources"]:
                         resource = Resource(entry["name"])
-                        quota = self.s.quota(uid, _flavor_key(self.flavors, flavor["name"]), resource)
+                        key = _flavor_key(self.flavors, flavor["name"])
+                        quota = self.s.quota(uid, key, resource)
+                        ceiling = quota.guarantee + self.borrowing(uid, key, resource, quota.burst)
                         entry.update(
-                            nominalQuota="0", borrowingLimit=format_quantity(resource, quota.ceiling), lendingLimit="0"
+                            nominalQuota="0", borrowingLimit=format_quantity(resource, ceiling), lendingLimit="0"
                         )
         if groups:
             spec["resourceGroups"] = groups
         return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": self.meta(name, unit.path), "spec": spec}
 
     def local_queue(self, uid: int, namespace: str, queue: str) -> Object:
+        spec: dict[str, Any] = {"clusterQueue": queue}
+        if uid in self.held or self._folded_into_held(uid, namespace):
+            spec["stopPolicy"] = "Hold"  # a spent hold budget: nothing new admitted, running work finishes
         return {
             "apiVersion": API_VERSION,
             "kind": "LocalQueue",
             "metadata": self.meta(self.t.local_queue_names.get(namespace, queue), self.s.units[uid].path, namespace),
-            "spec": {"clusterQueue": queue},
+            "spec": spec,
         }
+
+    def _folded_into_held(self, uid: int, namespace: str) -> bool:
+        """A namespace of an uncapped descendant folded into ``uid``'s queue, whose own unit is held."""
+        if not self.held:
+            return False
+        return any(namespace in self.t.namespaces.get(d, ()) for d in self.held if d != uid)
 
     def priority_class(self, tier_name: str) -> Object:
         tier = self.s.tiers[tier_name]

@@ -277,6 +277,7 @@ def _qos_commands(
                 ("preemptexempttime", want.preempt_exempt_s, have.preempt_exempt_s),
                 ("usagefactor", round(want.usage_factor, 6), round(have.usage_factor, 6)),
                 ("grptres", dict(want.grp_tres), dict(have.grp_tres)),
+                ("grptresmins", dict(want.grp_tres_mins), dict(have.grp_tres_mins)),
                 ("maxwall", want.max_wall_min, have.max_wall_min),
                 ("flags", tuple(sorted(f.lower() for f in want.flags)), tuple(sorted(f.lower() for f in have.flags))),
                 ("maxtresperjob", dict(want.max_tres), dict(have.max_tres)),
@@ -289,6 +290,8 @@ def _qos_commands(
             changed = tuple(
                 clear_tres(want.grp_tres, have.grp_tres)
                 if s.startswith("GrpTRES=")
+                else clear_tres(want.grp_tres_mins, have.grp_tres_mins, "GrpTRESMins")
+                if s.startswith("GrpTRESMins=")
                 else clear_tres(want.max_tres, have.max_tres, "MaxTRESPerJob")
                 if s.startswith("MaxTRESPerJob=")
                 else s

@@ -42,6 +42,8 @@ class SlurmQos:
     preempt_exempt_s: int = 0
     usage_factor: float = 1.0
     grp_tres: Mapping[str, int] = field(default_factory=dict)
+    grp_tres_mins: Mapping[str, int] = field(default_factory=dict)
+    """``GrpTRESMins``: a GPU-hour budget's device-minutes (with ``Flags=NoDecay``), else empty."""
     max_wall_min: int | None = None
     flags: tuple[str, ...] = ()
     """As sacctmgr spells them (``DenyOnLimit``); compared without case."""

@@ -94,10 +94,11 @@ def parse_qos(text: str, columns: Sequence[str] | None = None) -> list[SlurmQos]
                 preempt_exempt_s=parse_time(row.get("preemptexempttime", "")),
                 usage_factor=float(row.get("usagefactor") or 1.0),
                 grp_tres=parse_tres(row.get("grptres", "")),
+                grp_tres_mins=parse_tres(row.get("grptresmins", "")),
                 max_wall_min=parse_time(row["maxwall"]) // 60 if row.get("maxwall") else None,
                 flags=tuple(sorted(f for f in row.get("flags", "").lower().split(",") if f)),
                 max_tres=parse_tres(row.get("maxtres", "")),
-                limits={k: v for k, v in _limits(row, QOS_LIMITS).items() if k != "maxtres"},
+                limits={k: v for k, v in _limits(row, QOS_LIMITS).items() if k not in ("maxtres", "grptresmins")},
             )
         )
     return found

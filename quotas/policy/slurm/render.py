@@ -45,6 +45,7 @@ def qos_settings(qos: SlurmQos, *, adding: bool = False) -> list[str]:
         f"PreemptExemptTime={_clock(qos.preempt_exempt_s)}" if qos.preempt_exempt_s else "PreemptExemptTime=-1",
         f"UsageFactor={qos.usage_factor:g}",
         f"GrpTRES={tres(qos.grp_tres)}" if qos.grp_tres else "GrpTRES=-1",
+        f"GrpTRESMins={tres(qos.grp_tres_mins)}" if qos.grp_tres_mins else "GrpTRESMins=-1",
         f"MaxWall={qos.max_wall_min}" if qos.max_wall_min else "MaxWall=-1",
         f"Flags={','.join(qos.flags)}" if qos.flags else "Flags=-1",
         f"MaxTRESPerJob={tres(qos.max_tres)}" if qos.max_tres else "MaxTRESPerJob=-1",

@@ -20,6 +20,13 @@ Mapping (docs/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
   whole flavor cannot exceed it: nothing is split there); with ``strict=False``
   (permissive) every unit keeps its full burst and :func:`subtree_overcommit` says where a subtree
   may exceed its ceiling;
+* a GPU-hour budget (quotas.policy.budgets): ``hold`` and ``deny`` → ``Flags=NoDecay`` and
+  ``GrpTRESMins=gres/gpu:<type>=<minutes>`` on the guarantee and burst QOS of its subtree, each
+  what it counted since Allot zeroed its ``RawUsage`` plus what is left of the budget
+  (:func:`quotas.policy.budgets.slurm_minutes`): Slurm stops the subtree at its allowance, and its
+  jobs pend with ``QOSGrpGRESMinutes`` (``deny``: job_submit.lua refuses them first, naming the
+  budget). A Slurm job has no tier but its QOS, so on Slurm a budget counts and stops all its
+  units' GPU jobs. ``no-borrowing``, once spent → its burst QOS hold 0 GPUs of the type;
 * a tier with a runtime limit (the interactive tier) → QOS ``tier-<name>`` with ``MaxWall`` and
   ``Flags=DenyOnLimit`` (a job asking for more is refused at submission, not left pending forever) and
   ``MaxTRESPerJob=gres/gpu=0``: a job's GPUs count only against the limits of the QOS it runs under,
@@ -44,7 +51,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from ..budgets import BORROWED_FACTOR, BudgetAction, effects, slurm_minutes
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
 from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
@@ -95,6 +104,8 @@ class SlurmTarget:
     qos_prefix: str = ""
     """Put before every QOS name (``b-guar-nlp``): a second cluster of the same slurmdbd needs one,
     since QOS names are shared by every cluster there."""
+    at: datetime | None = None
+    """When the policy is compiled: the budgets in force then. None: budgets are left out."""
 
     def guar(self, account: str) -> str:
         return f"{self.qos_prefix}guar-{account}"
@@ -124,17 +135,23 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
     present = {uid for uid in present if uid not in bad and not bad.intersection(snapshot.ancestors(uid))}
     tier_qos = _tier_qos(snapshot, target)
     own_burst = {f.key: (_split_bursts if target.strict else _full_bursts)(snapshot, present, f.key) for f in flavors}
-    burst_qos, guar_qos = {}, {}
+    minutes, no_borrowing = _budget_limits(snapshot, target, keys)
+    burst_qos, guar_qos, guar_mins = {}, {}, {}
     for uid in sorted(present, key=lambda u: snapshot.units[u].path):
         children = [c for c in snapshot.children.get(uid, ()) if c in present]
-        guar, burst = {}, {}
+        guar, burst, gmins, bmins = {}, {}, {}, {}
         for flavor in flavors:
+            tres = f"gres/gpu:{flavor.gpu_type}"
             quota = snapshot.quota(uid, flavor.key, Resource.GPU)
             residual = quota.guarantee - sum(snapshot.quota(c, flavor.key, Resource.GPU).guarantee for c in children)
             if residual > 0:
-                guar[f"gres/gpu:{flavor.gpu_type}"] = residual
+                guar[tres] = residual
+                if (uid, flavor.key, "guar") in minutes:
+                    gmins[tres] = minutes[(uid, flavor.key, "guar")]
             if own_burst[flavor.key].get(uid, 0) > 0:
-                burst[f"gres/gpu:{flavor.gpu_type}"] = own_burst[flavor.key][uid]
+                burst[tres] = 0 if (uid, flavor.key) in no_borrowing else own_burst[flavor.key][uid]
+                if (uid, flavor.key, "burst") in minutes:
+                    bmins[tres] = minutes[(uid, flavor.key, "burst")]
         contract = snapshot.effective_contract(uid)
         if burst:
             burst_qos[uid] = SlurmQos(
@@ -144,11 +161,14 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 preempt_mode="requeue",
                 grace_time_s=contract.grace_period_s if contract else 0,
                 preempt_exempt_s=contract.min_run_window_s if contract else 0,
-                usage_factor=0.5,
+                usage_factor=BORROWED_FACTOR,
                 grp_tres=burst,
+                grp_tres_mins=bmins,
+                flags=("NoDecay",) if bmins else (),
             )
         if guar:
             guar_qos[uid] = guar
+            guar_mins[uid] = gmins
     preemptees = tuple(
         sorted([q.name for q in burst_qos.values()] + [q.name for q in tier_qos if q.preempt_mode == "requeue"])
     )
@@ -162,6 +182,8 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 GUARANTEE_PRIORITY,
                 preempt=preemptees,
                 grp_tres=tres,
+                grp_tres_mins=guar_mins[uid],
+                flags=("NoDecay",) if guar_mins[uid] else (),
             )
             for uid, tres in sorted(guar_qos.items(), key=lambda kv: name[kv[0]])
         ]
@@ -204,6 +226,27 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
     users = sorted(kept, key=lambda u: (u.name, u.account))
     billing = {f.key: f"CPU=1.0,Mem=0.25G,GRES/gpu:{f.gpu_type}={f.billing_weight * 10:g}" for f in flavors}
     return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing, tuple(problems))
+
+
+def _budget_limits(
+    snapshot: OrgSnapshot, target: SlurmTarget, keys: set[str]
+) -> tuple[dict[tuple[int, str, str], int], set[tuple[int, str]]]:
+    """Budget minutes per (unit, flavor, guar|burst) QOS, and the (unit, flavor) whose spent
+    no-borrowing budget empties its burst QOS (a spent one's subtree keeps its own burst)."""
+    if target.at is None or not snapshot.budgets:
+        return {}, set()
+    budgets = {k: b for k, b in snapshot.budgets.items() if b.flavor in keys}
+    subtree = {}
+    for key in budgets:
+        units, pending = [], [key[0]]
+        while pending:
+            uid = pending.pop()
+            units.append(uid)
+            pending.extend(snapshot.children.get(uid, ()))
+        subtree[key[0]] = units
+    spent = effects(budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, target.at)
+    no_borrowing = {(e.unit_id, e.flavor) for e in spent if e.action is BudgetAction.NO_BORROWING}
+    return slurm_minutes(budgets, snapshot.budget_spend, subtree, target.at), no_borrowing
 
 
 def _full_bursts(snapshot: OrgSnapshot, present: set[int], flavor: str) -> dict[int, int]:

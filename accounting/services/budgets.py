@@ -1,0 +1,304 @@
+"""Budget spend from the hourly rollups: evaluated after each rollup, read by pages, findings and reviews.
+
+Spend is allocated device-hours of the budget's unit and everything under it, on its flavor, from
+``UsageHour``: inside the guarantee whole, borrowed at :data:`quotas.policy.budgets.BORROWED_FACTOR`
+(the Slurm burst QOS's ``UsageFactor``, so both schedulers spend alike). The rollups are per unit and
+flavor, not per tier: a budget counts all of its units' hours on the flavor; its tiers say what its
+action stops. One grouped query a window (this period, the previous one for carry-over, the trailing
+hours behind the burn rate); the sums are carried up the tree in one pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from accounting.models import UsageHour
+from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
+from quotas.policy import budgets as bud
+from quotas.selectors import subtree
+from quotas.services.budgets import SpendRecord, budget_spend_record
+from quotas.services.enforce import enforce_clusters_soon
+
+Sums = dict[tuple[int, int], tuple[float, float]]
+"""(unit id, flavor id) → (inside-guarantee, borrowed) device-hours."""
+
+
+def _sums(start: datetime, end: datetime, flavors: Iterable[int]) -> Sums:
+    rows = (
+        UsageHour.objects.filter(hour__gte=start, hour__lt=end, flavor_id__in=list(flavors))
+        .values("unit_id", "flavor_id")
+        .annotate(w=Sum("within"), b=Sum("borrowed"))
+    )
+    return {(r["unit_id"], r["flavor_id"]): (r["w"] or 0.0, r["b"] or 0.0) for r in rows}
+
+
+def _charge(within: float, borrowed: float) -> float:
+    return within + bud.BORROWED_FACTOR * borrowed
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: int
+    unit_id: int
+    flavor_id: int
+    budget: bud.Budget
+    slurm: bool
+
+
+def _budgets(unit_ids: Iterable[int] | None = None) -> list[_Row]:
+    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("flavor__cluster")
+    if unit_ids is not None:
+        rows = rows.filter(unit_id__in=list(unit_ids))
+    return [
+        _Row(
+            b.pk,
+            b.unit_id,
+            b.flavor_id,
+            bud.Budget(
+                b.unit_id,
+                b.flavor.key,
+                b.device_hours,
+                bud.Period(b.period),
+                bud.BudgetAction(b.action),
+                tuple(b.tiers),
+                b.warn_percent,
+                b.carry_over_cap,
+                float(b.oversubscription),
+                b.starts_on,
+            ),
+            b.flavor.cluster.kind == ClusterKind.SLURM,
+        )
+        for b in rows
+    ]
+
+
+def _up_the_tree(
+    sums: Sums, parents: Mapping[int, int | None], wanted: set[tuple[int, int]]
+) -> dict[tuple[int, int], float]:
+    """Each wanted (unit, flavor)'s charged spend: its own rows and every descendant's."""
+    total: dict[tuple[int, int], float] = defaultdict(float)
+    for (uid, fid), (within, borrowed) in sums.items():
+        charge = _charge(within, borrowed)
+        node: int | None = uid
+        seen = 0
+        while node is not None and seen < 64:
+            if (node, fid) in wanted:
+                total[(node, fid)] += charge
+            node = parents.get(node)
+            seen += 1
+    return total
+
+
+def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
+    """Measure every budget's current period and record it (quotas.services.budgets.budget_spend_record:
+    audited when a budget runs out or is released). Returns counts."""
+    now = now or timezone.now()
+    rows = [r for r in _budgets() if r.budget.starts is None or r.budget.starts <= now.date()]
+    if not rows:
+        return {"budgets": 0}
+    parents = dict(OrgUnit.objects.filter(archived_at__isnull=True).values_list("id", "parent_id"))
+    flavors = {r.flavor_id for r in rows}
+    wanted = {(r.unit_id, r.flavor_id) for r in rows}
+    trailing_h = settings.ALLOT_BUDGET_TRAILING_HOURS
+    trailing = _up_the_tree(_sums(now - timedelta(hours=trailing_h), now, flavors), parents, wanted)
+    by_period: dict[bud.Period, tuple[datetime, datetime]] = {
+        p: bud.period_bounds(p, now) for p in {r.budget.period for r in rows}
+    }
+    current = {p: _sums(start, now, flavors) for p, (start, _) in by_period.items()}
+    spent = {p: _up_the_tree(s, parents, wanted) for p, s in current.items()}
+    previous: dict[bud.Period, dict[tuple[int, int], float]] = {}
+    for p, (start, _) in by_period.items():
+        if any(r.budget.carry_over_cap > 0 and r.budget.period is p for r in rows):
+            before, _ = bud.period_bounds(p, start - timedelta(seconds=1))
+            previous[p] = _up_the_tree(_sums(before, start, flavors), parents, wanted)
+    resets = dict(
+        BudgetSpend.objects.filter(
+            budget_id__in=[r.id for r in rows], period_end__gt=now, period_start__lte=now
+        ).values_list("budget_id", "reset_at")
+    )
+    children: defaultdict[int, list[int]] = defaultdict(list)
+    for uid, parent in parents.items():
+        if parent is not None:
+            children[parent].append(uid)
+    records = []
+    for row in rows:
+        start, end = by_period[row.budget.period]
+        key = (row.unit_id, row.flavor_id)
+        carried = 0.0
+        if row.budget.carry_over_cap > 0:
+            began = row.budget.starts is None or row.budget.starts < start.date()
+            carried = bud.carried_over(row.budget, previous[row.budget.period].get(key, 0.0) if began else None)
+        allowance = row.budget.device_hours + carried
+        used = spent[row.budget.period].get(key, 0.0)
+        by_unit: dict[str, list[float]] = {}
+        reset_at = resets.get(row.id)
+        if row.slurm and row.budget.action in (bud.BudgetAction.HOLD, bud.BudgetAction.DENY) and reset_at:
+            since = current[row.budget.period] if reset_at <= start else _sums(reset_at, now, [row.flavor_id])
+            for uid in _subtree(row.unit_id, children):
+                within, borrowed = since.get((uid, row.flavor_id), (0.0, 0.0))
+                if within or borrowed:
+                    by_unit[str(uid)] = [round(within, 4), round(bud.BORROWED_FACTOR * borrowed, 4)]
+        rate = trailing.get(key, 0.0) * 24 / trailing_h
+        status = bud.budget_status(row.budget, allowance=allowance, spent=used, rate_per_day=rate, now=now)
+        records.append(
+            SpendRecord(
+                row.id,
+                start,
+                end,
+                allowance,
+                carried,
+                round(used, 4),
+                round(rate, 4),
+                by_unit,
+                status.level is not bud.BudgetLevel.OK,
+            )
+        )
+    counts = budget_spend_record(records=records, now=now)
+    slurm = [r.id for r in rows if r.slurm and r.budget.action in (bud.BudgetAction.HOLD, bud.BudgetAction.DENY)]
+    if slurm:  # their QOS minutes follow the spend of the other QOS of their subtree
+        enforce_clusters_soon(Budget.objects.filter(pk__in=slurm).values_list("flavor__cluster_id", flat=True))
+    return {"budgets": len(records), **counts}
+
+
+def _subtree(uid: int, children: Mapping[int, list[int]]) -> list[int]:
+    found, pending = [], [uid]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(children.get(node, ()))
+    return found
+
+
+# ------------------------------------------------------------------------------------------ reads
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """A budget as pages, the API, findings and reviews show it."""
+
+    id: int
+    unit_id: int
+    unit_path: str
+    flavor_id: int
+    flavor: str
+    budget: bud.Budget
+    status: bud.BudgetStatus
+    carried: float
+    held_seconds: int
+    exhausted_at: datetime | None
+    evaluated_at: datetime | None
+    version: int
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.status
+        return {
+            "id": self.id,
+            "unit": self.unit_id,
+            "unit_path": self.unit_path,
+            "flavor": self.flavor_id,
+            "flavor_key": self.flavor,
+            "period": self.budget.period.value,
+            "device_hours": self.budget.device_hours,
+            "action": self.budget.action.value,
+            "tiers": list(self.budget.tiers),
+            "warn_percent": self.budget.warn_percent,
+            "carry_over_cap": self.budget.carry_over_cap,
+            "oversubscription": self.budget.oversubscription,
+            "starts_on": self.budget.starts.isoformat() if self.budget.starts else None,
+            "period_start": s.period_start.isoformat(),
+            "period_end": s.period_end.isoformat(),
+            "allowance": round(s.allowance, 1),
+            "carried": round(self.carried, 1),
+            "spent": round(s.spent, 1),
+            "remaining": round(s.remaining, 1),
+            "percent": s.percent,
+            "burn_rate_per_day": round(s.rate_per_day, 1),
+            "level": s.level.value,
+            "forecast_exhaustion": s.exhausts_at.isoformat() if s.exhausts_at else None,
+            "held_seconds": self.held_seconds,
+            "exhausted_at": self.exhausted_at.isoformat() if self.exhausted_at else None,
+            "evaluated_at": self.evaluated_at.isoformat() if self.evaluated_at else None,
+            "version": self.version,
+        }
+
+
+def budget_views(
+    *, paths: Iterable[str] | None = None, now: datetime | None = None, unit_ids: Iterable[int] | None = None
+) -> list[BudgetView]:
+    """Budgets (of the units under ``paths`` when given) with their evaluated current period (2 queries)."""
+    now = now or timezone.now()
+    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("unit", "flavor__cluster")
+    if paths is not None:
+        scope = None
+        for path in paths:
+            q = subtree("unit__path", path)
+            scope = q if scope is None else scope | q
+        rows = rows.filter(scope) if scope is not None else rows.none()
+    if unit_ids is not None:
+        rows = rows.filter(unit_id__in=list(unit_ids))
+    found = list(rows.order_by("unit__path", "flavor__cluster__name", "flavor__name"))
+    spends = {
+        s.budget_id: s for s in BudgetSpend.objects.filter(budget__in=found, period_start__lte=now, period_end__gt=now)
+    }
+    views = []
+    for b in found:
+        core = bud.Budget(
+            b.unit_id,
+            b.flavor.key,
+            b.device_hours,
+            bud.Period(b.period),
+            bud.BudgetAction(b.action),
+            tuple(b.tiers),
+            b.warn_percent,
+            b.carry_over_cap,
+            float(b.oversubscription),
+            b.starts_on,
+        )
+        spend = spends.get(b.pk)
+        allowance = spend.allowance if spend else float(b.device_hours)
+        status = bud.budget_status(
+            core,
+            allowance=allowance,
+            spent=spend.spent if spend else 0.0,
+            rate_per_day=spend.rate_per_day if spend else 0.0,
+            now=now,
+        )
+        views.append(
+            BudgetView(
+                b.pk,
+                b.unit_id,
+                b.unit.path,
+                b.flavor_id,
+                b.flavor.key,
+                core,
+                status,
+                spend.carried if spend else 0.0,
+                spend.held_seconds(now) if spend else 0,
+                spend.exhausted_at if spend else None,
+                spend.evaluated_at if spend else None,
+                b.version,
+            )
+        )
+    return views
+
+
+def daily_spend(view: BudgetView) -> dict[date, float]:
+    """Charged device-hours per UTC day of the budget's current period (one grouped query)."""
+    start, end = view.status.period_start, view.status.period_end
+    rows = (
+        UsageHour.objects.filter(subtree("unit__path", view.unit_path), flavor_id=view.flavor_id)
+        .filter(hour__gte=start, hour__lt=end)
+        .annotate(day=TruncDate("hour"))
+        .values("day")
+        .annotate(w=Sum("within"), b=Sum("borrowed"))
+    )
+    return {r["day"]: _charge(r["w"] or 0.0, r["b"] or 0.0) for r in rows}

@@ -1,0 +1,184 @@
+"""GPU-hour budgets through the services: edits validated and audited, spend measured from the rollups,
+running out audited and compiled (Kueue: LocalQueue stopPolicy Hold, borrowingLimit 0)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from accounting.models import UsageHour
+from accounting.services.budgets import budget_views, budgets_evaluate
+from quotas import services
+from quotas.errors import InputError
+from quotas.models import AuditEvent, BudgetSpend
+from quotas.policy.kueue import compile_kueue
+from quotas.policy.kueue.validate import validate_objects
+from quotas.policy.violations import PolicyViolationError, ViolationCode
+from quotas.selectors import kueue_target, org_snapshot
+from quotas.services import BudgetChange
+
+pytestmark = pytest.mark.django_db
+NOW = datetime(2026, 5, 10, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def tiers(org):
+    for name, priority in (("P0", 100000), ("P1", 1000), ("P2", 100)):
+        services.tier_set(actor=org.admin, reason="t", name=name, display_name=name, priority=priority)
+    return org
+
+
+def change(org, unit, hours, **kw):
+    return BudgetChange(unit.pk, org.flavor.pk, device_hours=hours, **kw)
+
+
+def test_a_new_budget_gets_the_non_serving_tiers_and_an_audit_row(tiers):
+    budget = services.budget_set(actor=tiers.admin, reason="q2 plan", change=change(tiers, tiers.nlp, 5000))
+    assert budget.tiers == ["P1", "P2"] and budget.period == "month" and budget.action == "report"
+    event = AuditEvent.objects.get(action="budget_set")
+    assert event.unit_path == "acme/research/nlp" and event.after["device_hours"] == 5000 and event.reason == "q2 plan"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "said"),
+    [
+        ({"device_hours": -5}, "device_hours", "outside 0"),
+        ({"device_hours": "lots"}, "device_hours", "not a whole number"),
+        ({"period": "week"}, "period", "month' or 'quarter"),
+        ({"action": "kill"}, "action", "report, no-borrowing, hold or deny"),
+        ({"starts_on": "yesterday"}, "starts_on", "YYYY-MM-DD"),
+        ({"warn_percent": 0}, "warn_percent", "1 to 100"),
+    ],
+)
+def test_bad_input_names_the_field(tiers, fields, field, said):
+    with pytest.raises(InputError) as caught:
+        services.budget_set(
+            actor=tiers.admin,
+            reason="t",
+            change=BudgetChange(tiers.nlp.pk, tiers.flavor.pk, **{"device_hours": 10, **fields}),
+        )
+    assert list(caught.value.errors) == [field] and said in caught.value.errors[field][0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"carry_over_cap": 200}, "carry_over_cap"),
+        ({"tiers": []}, "tiers"),
+        ({"tiers": ["P7"]}, "tiers"),
+        ({"starts_on": "2020-01-01"}, "starts"),
+    ],
+)
+def test_invariants_refuse_with_the_field(tiers, fields, field):
+    with pytest.raises(PolicyViolationError) as caught:
+        services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 100, **fields))
+    assert [v.field for v in caught.value.violations] == [field]
+    assert not AuditEvent.objects.filter(action="budget_set").exists()
+
+
+def test_children_add_up_within_the_parent(tiers):
+    services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.research, 1000))
+    services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 700))
+    with pytest.raises(PolicyViolationError) as caught:
+        services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.vision, 400))
+    (v,) = caught.value.violations
+    assert v.code is ViolationCode.BUDGETS_EXCEED_PARENT and (v.limit, v.actual) == (1000, 1100)
+    services.budget_set(
+        actor=tiers.admin, reason="oversubscribe", change=change(tiers, tiers.research, 1000, oversubscription="1.2")
+    )
+    services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.vision, 400))
+
+
+def _hours(unit, flavor, start, hours, within, borrowed=0.0):
+    UsageHour.objects.bulk_create(
+        UsageHour(
+            unit=unit,
+            flavor=flavor,
+            hour=start + timedelta(hours=h),
+            minutes=60,
+            allocated=within + borrowed,
+            within=within,
+            borrowed=borrowed,
+        )  # fmt: skip
+        for h in range(hours)
+    )
+
+
+def test_spend_is_the_subtrees_hours_with_borrowed_at_half_and_running_out_is_audited(tiers, monkeypatch):
+    services.budget_set(
+        actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 200, action="hold", tiers=["P0", "P1", "P2"])
+    )
+    start = datetime(2026, 5, 1, tzinfo=UTC)
+    _hours(tiers.nlp, tiers.flavor, start, 10, within=4, borrowed=2)  # 10 h × (4 + 1) = 50
+    _hours(tiers.llm, tiers.flavor, start + timedelta(days=5), 20, within=5)  # 100, under nlp
+    _hours(tiers.vision, tiers.flavor, start, 50, within=8)  # not nlp's
+    _hours(tiers.nlp, tiers.flavor, start - timedelta(days=2), 10, within=8)  # April: not this period
+    result = budgets_evaluate(now=NOW)
+    assert result["budgets"] == 1 and result["exhausted"] == 0
+    (view,) = budget_views(now=NOW)
+    assert view.status.spent == pytest.approx(150) and view.status.remaining == pytest.approx(50)
+    assert view.status.level.value == "ok" and view.as_dict()["percent"] == 75.0
+    # the trailing 72 h hold none of it: no burn rate, no forecast
+    assert view.status.rate_per_day == 0 and view.status.exhausts_at is None
+    _hours(tiers.llm, tiers.flavor, NOW - timedelta(hours=24), 24, within=3)  # +72 in the last day
+    budgets_evaluate(now=NOW)
+    (view,) = budget_views(now=NOW)
+    assert view.status.spent == pytest.approx(222) and view.status.level.value == "spent"
+    assert view.status.rate_per_day == pytest.approx(24.0)  # 72 device-hours over the trailing 3 days
+    event = AuditEvent.objects.get(action="budget_exhausted")
+    assert "acme/research/nlp spent its month budget on west/a100: 222 of 200 device-hours" in event.reason
+    spend = BudgetSpend.objects.get()
+    assert spend.exhausted_at == NOW and spend.released_at is None
+    # raising it below the spend is refused with the figure (the service checks this period's spend)
+    monkeypatch.setattr("quotas.services.budgets.timezone.now", lambda: NOW)
+    with pytest.raises(PolicyViolationError) as caught:
+        services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 210))
+    assert caught.value.violations[0].code is ViolationCode.BUDGET_BELOW_SPENT
+    assert "already spent 222 device-hours" in caught.value.violations[0].message
+
+
+def test_a_spent_hold_budget_stops_the_subtrees_local_queues_and_no_borrowing_zeroes_borrowing(tiers, crd_schemas):
+    services.namespace_bind(actor=tiers.admin, reason="t", unit=tiers.nlp, cluster=tiers.cluster, namespace="nlp")
+    services.namespace_bind(actor=tiers.admin, reason="t", unit=tiers.llm, cluster=tiers.cluster, namespace="llm")
+    services.namespace_bind(actor=tiers.admin, reason="t", unit=tiers.vision, cluster=tiers.cluster, namespace="vis")
+    services.budget_set(
+        actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 10, action="hold", tiers=["P0", "P1", "P2"])
+    )
+    services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.vision, 10, action="no-borrowing"))
+    now = datetime.now(UTC)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    _hours(tiers.llm, tiers.flavor, start, 1, within=12)
+    _hours(tiers.vision, tiers.flavor, start, 1, within=12)
+
+    def compiled():
+        objects = compile_kueue(org_snapshot(), kueue_target(tiers.cluster))
+        assert validate_objects(objects, crd_schemas) == []
+        return {(o["kind"], o["metadata"]["name"]): o.get("spec") for o in objects}
+
+    before = compiled()
+    assert "stopPolicy" not in before[("LocalQueue", "acme.research.nlp")]
+    budgets_evaluate(now=now)
+    after = compiled()
+    assert after[("LocalQueue", "acme.research.nlp")]["stopPolicy"] == "Hold"
+    assert after[("LocalQueue", "acme.research.nlp.llm")]["stopPolicy"] == "Hold"
+    assert "stopPolicy" not in after[("LocalQueue", "acme.research.vision")]
+
+    def gpu(spec):
+        return spec["resourceGroups"][0]["flavors"][0]["resources"][0]
+
+    assert gpu(before[("ClusterQueue", "acme.research.vision")])["borrowingLimit"] == "10"
+    assert gpu(after[("ClusterQueue", "acme.research.vision")])["borrowingLimit"] == "0"
+    assert gpu(after[("ClusterQueue", "acme.research.vision")])["nominalQuota"] == "20"
+    # raised above its spend: released at the next evaluation, the queues run again
+    services.budget_set(actor=tiers.admin, reason="more", change=change(tiers, tiers.nlp, 100))
+    budgets_evaluate(now=now)
+    assert "stopPolicy" not in compiled()[("LocalQueue", "acme.research.nlp")]
+    assert AuditEvent.objects.filter(action="budget_released").count() == 1
+
+
+def test_a_budget_starting_next_period_counts_nothing_yet(tiers):
+    services.budget_set(
+        actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 10, action="hold", starts_on=date(2099, 1, 1))
+    )
+    assert budgets_evaluate(now=NOW) == {"budgets": 0}
