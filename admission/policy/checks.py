@@ -27,6 +27,8 @@ from .model import (
 from .workload import PodSet, describe_requirements, node_requirements
 
 WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"
+MAX_WARNING = 120
+"""Characters per admission warning: Kubernetes asks to keep them under 120 (longer ones may be cut)."""
 KUBERNETES_DEFAULT_GRACE_S = 30
 """The API server defaults ``terminationGracePeriodSeconds`` to 30 in every pod spec before mutating
 admission, so 30 reads as "not chosen": the mutating webhook replaces it with the contract's grace on
@@ -63,6 +65,7 @@ class Reason(StrEnum):
     CHECKPOINT_REQUIRED = "checkpoint_required"
     CHECKPOINT_TOO_SLOW = "checkpoint_too_slow"
     GRACE_TOO_LONG = "grace_too_long"
+    BUDGET_SPENT = "budget_spent"
 
 
 @dataclass(frozen=True)
@@ -441,5 +444,50 @@ def opportunistic(r: Review) -> list[Decision]:
     return found
 
 
-FULL: tuple[Check, ...] = (labels, queue_and_priority, devices, runtime, opportunistic)
+def budgets(r: Review) -> list[Decision]:
+    """A spent ``deny`` budget (or a ``hold`` that spares a tier) over the unit refuses new workloads of
+    its tiers that ask for devices which may land on its flavor; running ones are never touched."""
+    tier = r.tier_name() or r.rule.default_tier
+    found = []
+    for budget in r.rule.budgets:
+        if budget.stops and tier in budget.tiers and _may_use(r, budget.flavor):
+            found.append(
+                r.deny(
+                    Reason.BUDGET_SPENT,
+                    f"{budget.unit_path} has spent its {budget.period} {budget.flavor} budget "
+                    f"({budget.spent_h:,.0f} of {budget.allowance_h:,.0f} device-hours): new {tier} workloads "
+                    f"asking for {budget.flavor} GPUs are refused until {budget.resets}, when it resets, or until "
+                    "it is raised in Allot (a lead above can approve a change request)",
+                )
+            )
+    return found
+
+
+def budget_warnings(r: Review) -> list[str]:
+    """An admission warning for each budget over the unit past its warn threshold that this workload
+    would spend (admitted: a warning, not a denial)."""
+    tier = r.tier_name() or r.rule.default_tier
+    return [
+        (
+            f"{b.unit_path} spent {b.percent:.0f}% of its {b.flavor} budget "
+            f"({b.spent_h:,.0f}/{b.allowance_h:,.0f} GPU-h; resets {b.resets})"
+        )[:MAX_WARNING]
+        for b in r.rule.budgets
+        if b.warn and tier in b.tiers and _may_use(r, b.flavor)
+    ]
+
+
+def _may_use(r: Review, flavor: str) -> bool:
+    """Some pod set asks for devices that may land on ``flavor``."""
+    for podset in r.sets:
+        if not podset.count:
+            continue
+        fitting = fitting_flavors(r, podset)
+        for mapped in podset.devices_per_pod(r.policy.accelerators):
+            if (mapped is None or mapped == flavor) and (fitting is None or flavor in fitting):
+                return True
+    return False
+
+
+FULL: tuple[Check, ...] = (labels, queue_and_priority, devices, runtime, opportunistic, budgets)
 OWNED: tuple[Check, ...] = (devices,)

@@ -20,6 +20,7 @@ from typing import Any
 from .checks import (
     FULL,
     KUBERNETES_DEFAULT_GRACE_S,
+    MAX_WARNING,
     OWNED,
     RUNTIME_FIELDS,
     WPC_GROUP,
@@ -27,6 +28,7 @@ from .checks import (
     Decision,
     Reason,
     Review,
+    budget_warnings,
     fitting_flavors,
 )
 from .model import (
@@ -43,7 +45,6 @@ from .workload import KINDS, WorkloadError, pod_sets
 
 __all__ = ["MAX_WARNING", "Decision", "Reason", "decide"]
 
-MAX_WARNING = 120
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
@@ -182,11 +183,11 @@ def _judge_update(new: Review, old: Review, checks: tuple[Any, ...]) -> Decision
 
 
 def _warnings(r: Review) -> list[str]:
+    warnings = budget_warnings(r)
     declared = r.annotations.get(ANNOTATION_GPU_MEMORY)
     need = int(declared) if declared and declared.isdigit() else None
     if need is None:
-        return []
-    warnings = []
+        return warnings
     memory = {f.name: f.device_memory_gb for f in r.policy.flavors}
     for podset in r.sets:
         fitting = fitting_flavors(r, podset)

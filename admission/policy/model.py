@@ -7,8 +7,9 @@ cluster's queues allow.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, covers_all, period_bounds
 from quotas.policy.kueue.translate import KueueTarget, kueue_name, priority_class_name
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import OrgSnapshot
@@ -59,6 +60,28 @@ class TierRule:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRule:
+    """A GPU-hour budget over this namespace's unit (its own or an ancestor's), as of compile time."""
+
+    flavor: str
+    unit_path: str
+    tiers: frozenset[str]
+    period: str
+    spent_h: float
+    allowance_h: float
+    percent: float
+    resets: str
+    """The next period's first day, ``YYYY-MM-DD``."""
+    stops: bool
+    """Spent, and new workloads of its tiers are refused here: ``deny``, or a ``hold`` that spares a
+    tier (a LocalQueue hold would stop them all)."""
+    warn: bool
+    """Past its warn threshold (or spent without stopping anything here): admitted with a warning."""
+    exhausts: str = ""
+    """When the trailing burn rate spends it, if before the period ends (``YYYY-MM-DD``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceRule:
     namespace: str
     unit_path: str
@@ -74,6 +97,7 @@ class NamespaceRule:
     checkpoint_every_s: int | None
     ceilings: Mapping[str, int]
     """GPU ceiling per flavor name: the most this namespace's queue can ever hold."""
+    budgets: tuple[BudgetRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,13 +135,55 @@ def compile_policy(
         for name, t in snapshot.tiers.items()
     }
     rules = {}
+    budgets = _budget_rules(snapshot, target)
     for uid, namespaces in target.namespaces.items():
         if uid not in snapshot.units:
             continue
         queue_unit = _queue_unit(snapshot, target, uid)
+        found = tuple(b for u in [uid, *snapshot.ancestors(uid)] for b in budgets.get(u, ()))
         for namespace in namespaces:
-            rules[namespace] = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers)
+            rule = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers)
+            rules[namespace] = replace(rule, budgets=found) if found else rule
     return AdmissionPolicy(target.cluster, target.revision, rules, flavors)
+
+
+def _budget_rules(snapshot: OrgSnapshot, target: KueueTarget) -> dict[int, list[BudgetRule]]:
+    """Per unit with a budget on this cluster's flavors: what admission makes of it now."""
+    if target.at is None or not snapshot.budgets:
+        return {}
+    at = target.at
+    names = {f.key: f.name for f in target.flavors}
+    found: dict[int, list[BudgetRule]] = {}
+    for (uid, key), budget in sorted(snapshot.budgets.items()):
+        if key not in names or uid not in snapshot.units or (budget.starts and budget.starts > at.date()):
+            continue
+        start, end = period_bounds(budget.period, at)
+        spend = snapshot.budget_spend.get((uid, key))
+        if spend is None or spend.period_start != start:
+            continue  # not evaluated this period yet: nothing spent to speak of
+        status = budget_status(budget, allowance=spend.allowance, spent=spend.spent, rate_per_day=0.0, now=at)
+        spent = status.level is BudgetLevel.SPENT
+        stops = spent and (
+            budget.action is BudgetAction.DENY
+            or (budget.action is BudgetAction.HOLD and not covers_all(budget, snapshot.tiers))
+        )
+        warn = not stops and status.level is not BudgetLevel.OK
+        if stops or warn:
+            found.setdefault(uid, []).append(
+                BudgetRule(
+                    names[key],
+                    snapshot.units[uid].path,
+                    frozenset(budget.tiers),
+                    budget.period.value,
+                    spend.spent,
+                    spend.allowance,
+                    status.percent,
+                    end.date().isoformat(),
+                    stops,
+                    warn,
+                )
+            )
+    return found
 
 
 def _queue_unit(snapshot: OrgSnapshot, target: KueueTarget, uid: int) -> int:

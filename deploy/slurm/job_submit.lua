@@ -202,6 +202,14 @@ local function check(p, job, name, asked)
     if kind == "" and kinds > 1 then
       return refuse("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
     end
+    local budgets = account.budget_denied or {}
+    local spent = budgets[kind]
+    if kind == "" then
+      for _, words in pairs(budgets) do spent = words end
+    end
+    if spent ~= nil then
+      return refuse("account %s: %s", name, spent)
+    end
     for _, free in ipairs(p.qos_without_gpus or {}) do
       if free == qos then
         local own = {}

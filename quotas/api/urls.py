@@ -11,6 +11,7 @@ from accounting.api import (
     showback,
     usage,
 )
+from accounting.budget_api import budget_delete_view, budgets_view
 from accounting.plan_api import backtest_view, plan_accept_view, plan_view
 from admission.api import AdmissionDecisionViewSet
 
@@ -45,5 +46,7 @@ urlpatterns = [
     path("plans/", plan_view, name="plan"),
     path("plans/accept/", plan_accept_view, name="plan-accept"),
     path("backtest/", backtest_view, name="backtest"),
+    path("budgets/", budgets_view, name="budgets"),
+    path("budgets/<int:pk>/", budget_delete_view, name="budget-delete"),
     path("", include(router.urls)),
 ]

@@ -1,8 +1,8 @@
 """Every state change of the quotas app: one function each, keyword-only, with ``actor`` and
 ``reason``; atomic; validated by the policy core; audited in the same transaction."""
 
-from .budgets import BudgetChange, budget_delete, budget_edit, budget_set, budget_set_bulk
 from .bindings import membership_add, membership_remove, namespace_bind, namespace_unbind
+from .budgets import BudgetChange, budget_delete, budget_edit, budget_set, budget_set_bulk
 from .catalogue import cluster_set, contract_set, flavor_set, reservation_delete, reservation_set, tier_set
 from .change_requests import change_request_approve, change_request_reject, change_request_submit
 from .quota import QuotaChange, quota_edit, quota_set, quota_set_bulk

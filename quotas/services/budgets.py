@@ -56,7 +56,6 @@ class BudgetChange:
     oversubscription: Any = None
     starts_on: Any = None
     expected_version: int | None = None
-    clear_starts: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         data = {"kind": "budget", "unit": self.unit_id, "flavor": self.flavor_id, "version": self.expected_version}
@@ -149,9 +148,7 @@ def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
                 "oversubscription", f"{value!r} is not a number", "give a factor such as 1 or 1.25"
             ) from None
     value = asked["starts_on"]
-    if change.clear_starts:
-        out["starts_on"] = None
-    elif value is None or value == "":
+    if value is None or value == "":
         out["starts_on"] = current.get("starts_on")
     elif isinstance(value, date):
         out["starts_on"] = value
@@ -372,9 +369,10 @@ class SpendRecord:
 @transaction.atomic
 def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dict[str, int]:
     """Store each budget's evaluated period (one row a budget and period, updated in place) and audit
-    the transitions that change enforcement: ``budget_exhausted`` when spend reaches the allowance,
-    ``budget_released`` when a spent budget is back under it (raised). Crossing the warn threshold is
-    stamped (``warned_at``) for the findings, not audited: it enforces nothing."""
+    the transitions: ``budget_exhausted`` when spend reaches the allowance, ``budget_released`` when a
+    spent budget is back under it (raised, or a new period), ``budget_warned`` when it passes its warn
+    threshold (the webhook's warnings follow the audit revision). Hourly spend alone is not audited:
+    it is derived data, rebuilt from the rollups."""
     existing = {
         (s.budget_id, s.period_start): s
         for s in BudgetSpend.objects.filter(
@@ -385,6 +383,14 @@ def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dic
         b.pk: b
         for b in Budget.objects.select_related("unit", "flavor__cluster").filter(pk__in={r.budget_id for r in records})
     }
+    held_before = {
+        s.budget_id: s
+        for s in BudgetSpend.objects.filter(
+            budget_id__in={r.budget_id for r in records if (r.budget_id, r.period_start) not in existing},
+            exhausted_at__isnull=False,
+            released_at__isnull=True,
+        )
+    }
     create, update, events = [], [], []
     counts = {"exhausted": 0, "released": 0, "warned": 0}
     for record in records:
@@ -392,6 +398,12 @@ def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dic
         if row is None:
             row = BudgetSpend(budget_id=record.budget_id, period_start=record.period_start)
             create.append(row)
+            last = held_before.get(record.budget_id)
+            if last is not None:  # a new period frees what the last one held
+                last.released_at = record.period_start
+                update.append(last)
+                counts["released"] += 1
+                events.append(_transition(budgets[record.budget_id], "budget_released", record, now, "a new period"))
         else:
             update.append(row)
         row.period_end, row.allowance, row.carried = record.period_end, record.allowance, record.carried
@@ -401,10 +413,11 @@ def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dic
             record.by_unit,
             now,
         )
+        budget = budgets[record.budget_id]
         if record.warn and row.warned_at is None:
             row.warned_at = now
             counts["warned"] += 1
-        budget = budgets[record.budget_id]
+            events.append(_transition(budget, "budget_warned", record, now))
         spent_now = record.spent >= record.allowance
         was_spent = row.exhausted_at is not None and row.released_at is None
         if spent_now and not was_spent:
@@ -425,9 +438,12 @@ def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dic
     return counts
 
 
-def _transition(budget: Budget, action: str, record: SpendRecord, now: datetime) -> Any:
+def _transition(budget: Budget, action: str, record: SpendRecord, now: datetime, why: str = "") -> Any:
     path, key = budget.unit.path, budget.flavor.key
-    word = "spent" if action == "budget_exhausted" else "back under"
+    words = {"budget_exhausted": "spent", "budget_warned": f"passed {budget.warn_percent} % of"}
+    word = words.get(action, "is back under")
+    if why:
+        word = f"is back under ({why})"
     return audit_event(
         actor=None,
         action=action,

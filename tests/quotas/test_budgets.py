@@ -37,6 +37,7 @@ def test_a_new_budget_gets_the_non_serving_tiers_and_an_audit_row(tiers):
     budget = services.budget_set(actor=tiers.admin, reason="q2 plan", change=change(tiers, tiers.nlp, 5000))
     assert budget.tiers == ["P1", "P2"] and budget.period == "month" and budget.action == "report"
     event = AuditEvent.objects.get(action="budget_set")
+    assert event.after is not None
     assert event.unit_path == "acme/research/nlp" and event.after["device_hours"] == 5000 and event.reason == "q2 plan"
 
 
@@ -100,7 +101,7 @@ def _hours(unit, flavor, start, hours, within, borrowed=0.0):
             allocated=within + borrowed,
             within=within,
             borrowed=borrowed,
-        )  # fmt: skip
+        )
         for h in range(hours)
     )
 
@@ -182,3 +183,28 @@ def test_a_budget_starting_next_period_counts_nothing_yet(tiers):
         actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 10, action="hold", starts_on=date(2099, 1, 1))
     )
     assert budgets_evaluate(now=NOW) == {"budgets": 0}
+
+
+def test_the_api_sets_lists_and_removes_budgets_and_names_bad_fields(tiers, client):
+    client.force_login(tiers.admin)
+    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "action": "hold",
+            "reason": "q2 plan"}  # fmt: skip
+    made = client.post("/api/v1/budgets/", body, content_type="application/json")
+    assert made.status_code == 201, made.content
+    data = made.json()
+    assert (data["unit_path"], data["device_hours"], data["action"], data["level"]) == (
+        "acme/research/nlp",
+        800,
+        "hold",
+        "ok",
+    )
+    assert data["tiers"] == ["P1", "P2"] and data["remaining"] == 800
+    listed = client.get("/api/v1/budgets/", {"unit": "acme/research"}).json()
+    assert [b["unit_path"] for b in listed] == ["acme/research/nlp"]
+    bad = client.post("/api/v1/budgets/", {**body, "carry_over_cap": 900}, content_type="application/json")
+    assert bad.status_code == 400 and "carry_over_cap" in bad.content.decode()
+    no_reason = client.post("/api/v1/budgets/", {**body, "reason": ""}, content_type="application/json")
+    assert no_reason.status_code == 400 and "reason" in no_reason.json()
+    gone = client.delete(f"/api/v1/budgets/{data['id']}/", {"reason": "not needed"}, content_type="application/json")
+    assert gone.status_code == 204
+    assert AuditEvent.objects.filter(action="budget_delete").count() == 1

@@ -7,7 +7,8 @@ hold (its effective ceiling) and what each of its own QOS lets one job hold at o
 one QOS, and Slurm limits each QOS on its own, so a job larger than its QOS's limit would pend
 forever); the QOS that carry no GPUs (tiers); the accounts of archived units; the interactive
 tier's time limit; each QOS's time limit (a job asking for more is refused with the limit, not left
-pending).
+pending); per GPU type, the spent ``deny`` budget over the account (refused with the budget, its
+figures and when it resets).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..budgets import BudgetAction, effects
 from ..capacity import effective_ceiling
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
@@ -28,6 +30,7 @@ def submit_policy(
 ) -> dict[str, Any]:
     by_name = {(target.accounts.get(uid) or unit.slug).lower(): uid for uid, unit in snapshot.units.items()}
     qos_by_name = {q.name: q for q in state.qos}
+    denied = _denied(snapshot, target)
     accounts: dict[str, Any] = {}
     for account in state.accounts:
         uid = by_name[account.name]
@@ -45,6 +48,8 @@ def submit_policy(
                 if name in qos_by_name and qos_by_name[name].grp_tres
             },
         }
+        if uid in denied:
+            accounts[account.name]["budget_denied"] = dict(sorted(denied[uid].items()))
     limits = [t.max_runtime_s for t in snapshot.tiers.values() if t.max_runtime_s]
     return {
         "version": revision,
@@ -55,6 +60,27 @@ def submit_policy(
         "qos_max_minutes": {q.name: q.max_wall_min for q in sorted(state.qos, key=lambda q: q.name) if q.max_wall_min},
         "qos_without_gpus": sorted(q.name for q in state.qos if q.max_tres.get("gres/gpu") == 0),
     }
+
+
+def _denied(snapshot: OrgSnapshot, target: SlurmTarget) -> dict[int, dict[str, str]]:
+    """Per unit under a spent ``deny`` budget: GPU type → the refusal's words."""
+    if target.at is None or not snapshot.budgets:
+        return {}
+    types = {f.key: f.gpu_type for f in target.flavors}
+    found: dict[int, dict[str, str]] = {}
+    for e in effects(snapshot.budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, target.at):
+        if e.action is not BudgetAction.DENY or e.flavor not in types:
+            continue
+        spend = snapshot.budget_spend[(e.unit_id, e.flavor)]
+        budget = snapshot.budgets[(e.unit_id, e.flavor)]
+        words = (
+            f"{snapshot.path(e.unit_id)} has spent its {budget.period} {types[e.flavor]} GPU budget "
+            f"({spend.spent:,.0f} of {spend.allowance:,.0f} device-hours): new {types[e.flavor]} GPU jobs are "
+            f"refused until {e.resets:%Y-%m-%d}, when it resets, or until it is raised in Allot"
+        )
+        for uid in e.units:
+            found.setdefault(uid, {})[types[e.flavor]] = words
+    return found
 
 
 def render_json(policy: Mapping[str, Any]) -> str:

@@ -16,8 +16,8 @@ from quotas.policy.snapshot import Contract, Tier
 A80, A40 = "west/a100-80gb", "west/a100-40gb"
 
 
-def policy():
-    """acme (a100-80gb 64, a100-40gb 32) → ml → nlp (16 + burst 8 on 80gb; 8 + 4 on 40gb), ns nlp, nlp-dev"""
+def tree():
+    """acme (a100-80gb 64, a100-40gb 32) → ml → nlp (16 + burst 8 on 80gb; 8 + 4 on 40gb) → llm"""
     b = TreeBuilder()
     b.flavor(A80, 64)
     b.flavor(A40, 32)
@@ -36,15 +36,26 @@ def policy():
     for unit, scale in ((acme, 4), (ml, 2), (nlp, 1)):
         b.quota(unit, A80, Resource.GPU, 16 * scale, 8 if unit == nlp else 0)
         b.quota(unit, A40, Resource.GPU, 8 * scale, 4 if unit == nlp else 0)
+    return b, ml, nlp
+
+
+def compiled(snapshot, nlp, namespaces=("nlp", "nlp-dev"), at=None):
     target = KueueTarget(
         "west",
         (KueueFlavor(A80, "a100-80gb", {"gpu": "a100-80gb"}), KueueFlavor(A40, "a100-40gb", {"gpu": "a100-40gb"})),
-        {nlp: ("nlp", "nlp-dev")},
+        {nlp: namespaces},
         revision=7,
+        at=at,
     )
     return compile_policy(
-        b.build(), target, members={nlp: frozenset({"alice"})}, allowed_tiers={}, flavor_memory={A80: 80, A40: 40}
+        snapshot, target, members={nlp: frozenset({"alice"})}, allowed_tiers={}, flavor_memory={A80: 80, A40: 40}
     )
+
+
+def policy():
+    """The tree of :func:`tree`, namespaces nlp and nlp-dev bound to nlp."""
+    b, _, nlp = tree()
+    return compiled(b.build(), nlp)
 
 
 LABELS = {
