@@ -19,8 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.services.budgets import budget_views
-from quotas.access import NotAllowedError, led_paths, may_set_directly
 from quotas.models import Budget, OrgUnit, ResourceFlavor
+from quotas.selectors import BUDGET_FIELDS
 from quotas.services.budgets import BudgetChange, budget_delete, budget_edit
 
 
@@ -103,8 +103,7 @@ def budgets_view(request: Request) -> Response:
     body.is_valid(raise_exception=True)
     data: dict[str, Any] = body.validated_data
     unit, flavor = _unit(data["unit"]), _flavor(data["flavor"])
-    fields = {k: data.get(k) for k in ("device_hours", "period", "action", "tiers", "warn_percent", "carry_over_cap",
-                                       "oversubscription", "starts_on")}  # fmt: skip
+    fields = {k: data.get(k) for k in BUDGET_FIELDS}
     change = BudgetChange(unit.pk, flavor.pk, **fields, expected_version=data.get("version"))
     (budget,) = budget_edit(actor=request.user, reason=data["reason"], changes=[change])
     (view,) = [v for v in budget_views(unit_ids=[budget.unit_id]) if v.id == budget.pk]
@@ -119,8 +118,6 @@ def budget_delete_view(request: Request, pk: int) -> Response:
     budget = Budget.objects.select_related("unit").filter(pk=pk).first()
     if budget is None:
         raise NotFound(f"no budget #{pk}")
-    if not may_set_directly(request.user, budget.unit, led_paths(request.user)):
-        raise NotAllowedError(f"you may not remove {budget.unit.path}'s budget: a lead above it or an admin may")
     body = DeleteIn(data=request.data)
     body.is_valid(raise_exception=True)
     budget_delete(actor=request.user, reason=body.validated_data["reason"], budget=budget)

@@ -610,10 +610,3 @@ class BudgetSpend(models.Model):
     class Meta:
         ordering = ["-period_start", "budget_id"]
         constraints = [models.UniqueConstraint(fields=["budget", "period_start"], name="budget_spend_once")]
-
-    def held_seconds(self, now: Any) -> int:
-        """How long its action was in force this period."""
-        if self.exhausted_at is None:
-            return 0
-        until = self.released_at or min(now, self.period_end)
-        return max(0, int((until - self.exhausted_at).total_seconds()))

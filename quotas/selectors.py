@@ -4,7 +4,7 @@ snapshots for the policy core, built with a handful of ``values()`` queries (no 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
@@ -60,6 +60,29 @@ def org_snapshot(*, include_quotas: bool = True) -> snap.OrgSnapshot:
     return replace(whole, budgets=MappingProxyType(budgets), budget_spend=MappingProxyType(spends))
 
 
+BUDGET_FIELDS = (
+    "period", "device_hours", "action", "tiers", "warn_percent", "carry_over_cap", "oversubscription", "starts_on",
+)  # fmt: skip
+"""A budget's own fields, as the model and its services name them."""
+
+
+def budget_core(unit_id: int, flavor: str, values: Mapping[str, Any]) -> bud.Budget:
+    """The core's budget from a row's fields (:data:`BUDGET_FIELDS`: a ``values()`` row, or a model's
+    fields as a service parsed them)."""
+    return bud.Budget(
+        unit_id,
+        flavor,
+        values["device_hours"],
+        bud.Period(values["period"]),
+        bud.BudgetAction(values["action"]),
+        tuple(sorted(values["tiers"])),
+        values["warn_percent"],
+        values["carry_over_cap"],
+        float(values["oversubscription"]),
+        values["starts_on"],
+    )
+
+
 def budget_maps(
     *, keys: dict[int, str] | None = None, units: Iterable[int] | None = None
 ) -> tuple[dict[bud.BudgetKey, bud.Budget], dict[bud.BudgetKey, bud.BudgetSpend]]:
@@ -70,24 +93,10 @@ def budget_maps(
         rows = rows.filter(unit_id__in=list(units))
     budgets: dict[bud.BudgetKey, bud.Budget] = {}
     ids: dict[int, bud.BudgetKey] = {}
-    for row in rows.values(
-        "id", "unit_id", "flavor_id", "period", "device_hours", "action", "tiers", "warn_percent",
-        "carry_over_cap", "oversubscription", "starts_on",
-    ):  # fmt: skip
+    for row in rows.values("id", "unit_id", "flavor_id", *BUDGET_FIELDS):
         key = (row["unit_id"], keys[row["flavor_id"]])
         ids[row["id"]] = key
-        budgets[key] = bud.Budget(
-            row["unit_id"],
-            key[1],
-            row["device_hours"],
-            bud.Period(row["period"]),
-            bud.BudgetAction(row["action"]),
-            tuple(sorted(row["tiers"])),
-            row["warn_percent"],
-            row["carry_over_cap"],
-            float(row["oversubscription"]),
-            row["starts_on"],
-        )
+        budgets[key] = budget_core(row["unit_id"], key[1], row)
     spends: dict[bud.BudgetKey, bud.BudgetSpend] = {}
     for spend in (
         BudgetSpend.objects.filter(budget_id__in=list(ids))
@@ -298,12 +307,12 @@ def slurm_target(cluster: Cluster) -> Any:
     )
 
 
-def slurm_desired(cluster: Cluster, snapshot: snap.OrgSnapshot | None = None) -> Any:
+def slurm_desired(cluster: Cluster) -> Any:
     """What Allot wants on a Slurm cluster now: its :class:`SlurmState` (raises ValueError for a
     connection_ref that is not ``slurm:<name>``)."""
     from quotas.policy.slurm.translate import compile_slurm
 
-    return compile_slurm(snapshot or org_snapshot(), slurm_target(cluster))
+    return compile_slurm(org_snapshot(), slurm_target(cluster))
 
 
 def clusters_overview() -> list[dict[str, Any]]:

@@ -189,7 +189,7 @@ class FakeKueueServer:
             and any(
                 m["manager"] != "allot" and m["operation"] == "Update" for m in current["metadata"]["managedFields"]
             )
-            and current.get("spec") != {**body.get("spec", {}), **DEFAULTS.get(kind, {})}
+            and current.get("spec") != {**DEFAULTS.get(kind, {}), **body.get("spec", {})}
         ):
             return 409, status(
                 409,
@@ -216,8 +216,8 @@ class FakeKueueServer:
 
     def _stored(self, body: dict[str, Any], manager: str, current: dict[str, Any] | None = None) -> dict[str, Any]:
         obj = copy.deepcopy(body)
-        if "spec" in obj:
-            obj["spec"] = {**obj["spec"], **DEFAULTS.get(obj["kind"], {})}
+        if "spec" in obj:  # a server default fills a field only where the object leaves it out
+            obj["spec"] = {**DEFAULTS.get(obj["kind"], {}), **obj["spec"]}
         meta = obj["metadata"]
         old = current["metadata"] if current else {}
         meta["uid"] = old.get("uid", str(uuid.uuid4()))

@@ -17,14 +17,15 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from accounting.models import UsageHour
+from quotas.access import within_any
 from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
 from quotas.policy import budgets as bud
-from quotas.selectors import subtree
+from quotas.selectors import BUDGET_FIELDS, budget_core, subtree
 from quotas.services.budgets import SpendRecord, budget_spend_record
 from quotas.services.enforce import enforce_clusters_soon
 
@@ -49,35 +50,36 @@ def _charge(within: float, borrowed: float) -> float:
 class _Row:
     id: int
     unit_id: int
+    unit_path: str
     flavor_id: int
-    budget: bud.Budget
+    cluster_id: int
     slurm: bool
+    version: int
+    budget: bud.Budget
+
+    @property
+    def slurm_minutes(self) -> bool:
+        """Compiled to Slurm QOS minutes that follow the spend (quotas.policy.budgets.slurm_minutes)."""
+        return self.slurm and self.budget.action in (bud.BudgetAction.HOLD, bud.BudgetAction.DENY)
 
 
-def _budgets(unit_ids: Iterable[int] | None = None) -> list[_Row]:
-    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("flavor__cluster")
-    if unit_ids is not None:
-        rows = rows.filter(unit_id__in=list(unit_ids))
+def _rows(scope: Q | None = None) -> list[_Row]:
+    """Budgets of active units (within ``scope``), in path order: one query."""
+    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("unit", "flavor__cluster")
+    if scope is not None:
+        rows = rows.filter(scope)
     return [
         _Row(
             b.pk,
             b.unit_id,
+            b.unit.path,
             b.flavor_id,
-            bud.Budget(
-                b.unit_id,
-                b.flavor.key,
-                b.device_hours,
-                bud.Period(b.period),
-                bud.BudgetAction(b.action),
-                tuple(b.tiers),
-                b.warn_percent,
-                b.carry_over_cap,
-                float(b.oversubscription),
-                b.starts_on,
-            ),
+            b.flavor.cluster_id,
             b.flavor.cluster.kind == ClusterKind.SLURM,
+            b.version,
+            budget_core(b.unit_id, b.flavor.key, {f: getattr(b, f) for f in BUDGET_FIELDS}),
         )
-        for b in rows
+        for b in rows.order_by("unit__path", "flavor__cluster__name", "flavor__name")
     ]
 
 
@@ -102,7 +104,7 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
     """Measure every budget's current period and record it (quotas.services.budgets.budget_spend_record:
     audited when a budget runs out or is released). Returns counts."""
     now = now or timezone.now()
-    rows = [r for r in _budgets() if r.budget.starts is None or r.budget.starts <= now.date()]
+    rows = [r for r in _rows() if r.budget.starts is None or r.budget.starts <= now.date()]
     if not rows:
         return {"budgets": 0}
     parents = dict(OrgUnit.objects.filter(archived_at__isnull=True).values_list("id", "parent_id"))
@@ -125,10 +127,12 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
             budget_id__in=[r.id for r in rows], period_end__gt=now, period_start__lte=now
         ).values_list("budget_id", "reset_at")
     )
-    children: defaultdict[int, list[int]] = defaultdict(list)
+    children: defaultdict[int | None, list[int]] = defaultdict(list)
     for uid, parent in parents.items():
-        if parent is not None:
-            children[parent].append(uid)
+        children[parent].append(uid)
+    since: dict[datetime, Sums] = {by_period[p][0]: sums for p, sums in current.items()}
+    """Per unit, what Slurm's QOS counted since their usage was reset: the rollup hours from the first
+    whole hour after the reset (one query per distinct hour: budgets reset by the same sync share it)."""
     records = []
     for row in rows:
         start, end = by_period[row.budget.period]
@@ -141,10 +145,12 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
         used = spent[row.budget.period].get(key, 0.0)
         by_unit: dict[str, list[float]] = {}
         reset_at = resets.get(row.id)
-        if row.slurm and row.budget.action in (bud.BudgetAction.HOLD, bud.BudgetAction.DENY) and reset_at:
-            since = current[row.budget.period] if reset_at <= start else _sums(reset_at, now, [row.flavor_id])
-            for uid in _subtree(row.unit_id, children):
-                within, borrowed = since.get((uid, row.flavor_id), (0.0, 0.0))
+        if row.slurm_minutes and reset_at:
+            hour = max(start, _next_hour(reset_at))
+            if hour not in since:
+                since[hour] = _sums(hour, now, flavors)
+            for uid in bud.subtree_ids(children, row.unit_id):
+                within, borrowed = since[hour].get((uid, row.flavor_id), (0.0, 0.0))
                 if within or borrowed:
                     by_unit[str(uid)] = [round(within, 4), round(bud.BORROWED_FACTOR * borrowed, 4)]
         rate = trailing.get(key, 0.0) * 24 / trailing_h
@@ -163,19 +169,14 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
             )
         )
     counts = budget_spend_record(records=records, now=now)
-    slurm = [r.id for r in rows if r.slurm and r.budget.action in (bud.BudgetAction.HOLD, bud.BudgetAction.DENY)]
-    if slurm:  # their QOS minutes follow the spend of the other QOS of their subtree
-        enforce_clusters_soon(Budget.objects.filter(pk__in=slurm).values_list("flavor__cluster_id", flat=True))
+    # their QOS minutes follow the spend of the other QOS of their subtree: the clusters sync again
+    enforce_clusters_soon({r.cluster_id for r in rows if r.slurm_minutes})
     return {"budgets": len(records), **counts}
 
 
-def _subtree(uid: int, children: Mapping[int, list[int]]) -> list[int]:
-    found, pending = [], [uid]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        pending.extend(children.get(node, ()))
-    return found
+def _next_hour(at: datetime) -> datetime:
+    floor = at.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == at else floor + timedelta(hours=1)
 
 
 # ------------------------------------------------------------------------------------------ reads
@@ -236,56 +237,42 @@ def budget_views(
 ) -> list[BudgetView]:
     """Budgets (of the units under ``paths`` when given) with their evaluated current period (2 queries)."""
     now = now or timezone.now()
-    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("unit", "flavor__cluster")
+    scope = Q()
     if paths is not None:
-        scope = None
-        for path in paths:
-            q = subtree("unit__path", path)
-            scope = q if scope is None else scope | q
-        rows = rows.filter(scope) if scope is not None else rows.none()
+        scope &= within_any("unit__path", paths)
     if unit_ids is not None:
-        rows = rows.filter(unit_id__in=list(unit_ids))
-    found = list(rows.order_by("unit__path", "flavor__cluster__name", "flavor__name"))
+        scope &= Q(unit_id__in=list(unit_ids))
+    rows = _rows(scope)
     spends = {
-        s.budget_id: s for s in BudgetSpend.objects.filter(budget__in=found, period_start__lte=now, period_end__gt=now)
+        s.budget_id: s
+        for s in BudgetSpend.objects.filter(
+            budget_id__in=[r.id for r in rows], period_start__lte=now, period_end__gt=now
+        )
     }
     views = []
-    for b in found:
-        core = bud.Budget(
-            b.unit_id,
-            b.flavor.key,
-            b.device_hours,
-            bud.Period(b.period),
-            bud.BudgetAction(b.action),
-            tuple(b.tiers),
-            b.warn_percent,
-            b.carry_over_cap,
-            float(b.oversubscription),
-            b.starts_on,
-        )
-        spend = spends.get(b.pk)
-        allowance = spend.allowance if spend else float(b.device_hours)
+    for row in rows:
+        spend = spends.get(row.id)
         status = bud.budget_status(
-            core,
-            allowance=allowance,
+            row.budget,
+            allowance=spend.allowance if spend else float(row.budget.device_hours),
             spent=spend.spent if spend else 0.0,
             rate_per_day=spend.rate_per_day if spend else 0.0,
             now=now,
         )
         views.append(
             BudgetView(
-                b.pk,
-                b.unit_id,
-                b.unit.path,
-                b.flavor_id,
-                b.flavor.key,
-                core,
+                row.id,
+                row.unit_id,
+                row.unit_path,
+                row.flavor_id,
+                row.budget.flavor,
+                row.budget,
                 status,
                 spend.carried if spend else 0.0,
-                spend.held_seconds(now) if spend else 0,
+                bud.held_seconds(spend.exhausted_at, spend.released_at, spend.period_end, now) if spend else 0,
                 spend.exhausted_at if spend else None,
                 spend.evaluated_at if spend else None,
-                b.version,
+                row.version,
             )
         )
     return views

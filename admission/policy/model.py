@@ -77,8 +77,6 @@ class BudgetRule:
     tier (a LocalQueue hold would stop them all)."""
     warn: bool
     """Past its warn threshold (or spent without stopping anything here): admitted with a warning."""
-    exhausts: str = ""
-    """When the trailing burn rate spends it, if before the period ends (``YYYY-MM-DD``)."""
 
 
 @dataclass(frozen=True, slots=True)

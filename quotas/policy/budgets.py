@@ -109,6 +109,24 @@ def period_bounds(period: Period, at: datetime) -> tuple[datetime, datetime]:
     return start, datetime(at.year + year, month + 1, 1, tzinfo=UTC)
 
 
+def default_tiers(priorities: Mapping[str, int]) -> list[str]:
+    """The tiers a new budget covers: every tier but the highest-priority one (serving), which a
+    budget stops only when someone names it."""
+    ranked = sorted(priorities, key=lambda name: -priorities[name])
+    return sorted(ranked[1:]) if len(ranked) > 1 else ranked
+
+
+def held_seconds(
+    exhausted_at: datetime | None, released_at: datetime | None, period_end: datetime, now: datetime
+) -> int:
+    """How long a spent budget's action was in force in its period: from running out to its release,
+    the period's end, or now."""
+    if exhausted_at is None:
+        return 0
+    until = released_at or min(now, period_end)
+    return max(0, int((until - exhausted_at).total_seconds()))
+
+
 def carried_over(budget: Budget, previous_spent: float | None) -> float:
     """Unused device-hours of the previous period it brings along (0 without a cap, or when it had
     not started then: ``previous_spent`` None)."""
@@ -362,6 +380,16 @@ def in_force(
     return found
 
 
+def subtree_ids(children: Mapping[int | None, Iterable[int]], unit_id: int) -> tuple[int, ...]:
+    """``unit_id`` and every unit under it, sorted: what a budget on it counts and stops."""
+    found, pending = [], [unit_id]
+    while pending:
+        uid = pending.pop()
+        found.append(uid)
+        pending.extend(children.get(uid, ()))
+    return tuple(sorted(found))
+
+
 def covers_all(budget: Budget, tiers: Iterable[str]) -> bool:
     return set(tiers) <= set(budget.tiers)
 
@@ -369,7 +397,7 @@ def covers_all(budget: Budget, tiers: Iterable[str]) -> bool:
 def slurm_minutes(
     budgets: Mapping[BudgetKey, Budget],
     spends: Mapping[BudgetKey, BudgetSpend],
-    subtree: Mapping[int, Iterable[int]],
+    children: Mapping[int | None, Iterable[int]],
     now: datetime,
 ) -> dict[tuple[int, str, str], int]:
     """``GrpTRESMins`` (device-minutes) per (unit id, flavor, "guar" | "burst") QOS under a hold or
@@ -394,7 +422,7 @@ def slurm_minutes(
         allowance = spend.allowance if spend is not None and current else float(budget.device_hours)
         left = max(0.0, allowance - (spend.spent if spend is not None and current else 0.0))
         by_unit = spend.by_unit if spend is not None and current else {}
-        for uid in sorted(subtree.get(budget.unit_id, (budget.unit_id,))):
+        for uid in subtree_ids(children, budget.unit_id):
             within, borrowed = by_unit.get(uid, (0.0, 0.0))
             for kind, counted in (("guar", within), ("burst", borrowed)):
                 minutes = int((counted + left) * 60)
@@ -422,7 +450,7 @@ class Effect:
 def effects(
     budgets: Mapping[BudgetKey, Budget],
     spends: Mapping[BudgetKey, BudgetSpend],
-    children: Mapping[int | None, tuple[int, ...]],
+    children: Mapping[int | None, Iterable[int]],
     tiers: Iterable[str],
     now: datetime,
 ) -> list[Effect]:
@@ -430,17 +458,12 @@ def effects(
     names = tuple(tiers)
     found = []
     for budget in in_force(budgets, spends, now):
-        units, pending = [], [budget.unit_id]
-        while pending:
-            uid = pending.pop()
-            units.append(uid)
-            pending.extend(children.get(uid, ()))
         found.append(
             Effect(
                 budget.unit_id,
                 budget.flavor,
                 budget.action,
-                tuple(sorted(units)),
+                subtree_ids(children, budget.unit_id),
                 budget.action is BudgetAction.HOLD and covers_all(budget, names),
                 budget.tiers,
                 period_bounds(budget.period, now)[1],

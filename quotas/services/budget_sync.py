@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from quotas.models import BudgetAction, BudgetSpend, Cluster
+from quotas.models import BudgetAction, BudgetSpend, Cluster, ClusterKind
 from quotas.policy import budgets as bud
 from quotas.policy.snapshot import OrgSnapshot
 
@@ -32,13 +32,12 @@ def budget_notes(snapshot: OrgSnapshot, cluster: Cluster, at: datetime) -> list[
         path = snapshot.path(e.unit_id)
         until = f"until {e.resets:%Y-%m-%d} or a raise"
         if e.action is bud.BudgetAction.HOLD:
-            how = (
-                "its LocalQueues stop (stopPolicy: Hold)"
-                if e.queue_hold
-                else f"new {', '.join(e.tiers)} workloads are refused at admission (other tiers still run)"
-            )
-            if cluster.kind == "slurm":
+            if cluster.kind == ClusterKind.SLURM:
                 how = "its jobs pend with QOSGrpGRESMinutes"
+            elif e.queue_hold:
+                how = "its LocalQueues stop (stopPolicy: Hold)"
+            else:
+                how = f"new {', '.join(e.tiers)} workloads are refused at admission (other tiers still run)"
             notes.append(f"held: budget spent — {path} on {e.flavor}: {how}, {until}")
         elif e.action is bud.BudgetAction.NO_BORROWING:
             notes.append(f"no borrowing: budget spent — {path} on {e.flavor} keeps its guarantee only, {until}")
@@ -47,54 +46,36 @@ def budget_notes(snapshot: OrgSnapshot, cluster: Cluster, at: datetime) -> list[
     return notes
 
 
-def slurm_resets(cluster: Cluster, desired: Any, runner: Any, *, now: datetime | None = None) -> tuple[list[str], int]:
+def slurm_resets(
+    cluster: Cluster, snapshot: OrgSnapshot, target: Any, desired: Any, runner: Any, *, now: datetime | None = None
+) -> list[str]:
     """Zero the Slurm usage of the QOS of every hold/deny budget on this cluster whose current period
-    has not been reset yet; returns (notes, budgets reset). Only QOS the desired state holds (and so
-    this sync has just written) are touched."""
+    has not been reset yet, in one ``sacctmgr`` call; returns the run's notes. Only QOS the desired
+    state holds for this cluster (its QOS prefix: a slurmdbd's other clusters keep theirs) are touched."""
     now = now or timezone.now()
     compiled = {q.name for q in desired.qos if q.grp_tres_mins}
     if not compiled:
-        return [], 0
-    due = []
-    for spend in BudgetSpend.objects.filter(
-        budget__flavor__cluster=cluster,
-        budget__action__in=[BudgetAction.HOLD, BudgetAction.DENY],
-        period_start__lte=now,
-        period_end__gt=now,
-    ).select_related("budget__unit"):
-        if spend.reset_at is None or spend.reset_at < spend.period_start:
-            due.append(spend)
-    if not due:
-        return [], 0
-    accounts = _account_names(cluster)
+        return []
+    due = [
+        spend
+        for spend in BudgetSpend.objects.filter(
+            budget__flavor__cluster=cluster,
+            budget__action__in=[BudgetAction.HOLD, BudgetAction.DENY],
+            period_start__lte=now,
+            period_end__gt=now,
+        ).only("budget_id", "budget__unit_id", "period_start", "reset_at")
+        if spend.reset_at is None or spend.reset_at < spend.period_start
+    ]
     names = set()
     for spend in due:
-        for uid in _subtree_ids(spend.budget.unit.path):
-            for kind in ("guar", "burst"):
-                name = f"{cluster.slurm_qos_prefix}{kind}-{accounts.get(uid, '')}"
-                if name in compiled:
-                    names.add(name)
+        for uid in bud.subtree_ids(snapshot.children, spend.budget.unit_id):
+            if uid in snapshot.units:
+                account = target.accounts.get(uid) or snapshot.units[uid].slug
+                names |= {target.guar(account), target.burst(account)} & compiled
     if not names:
-        return [], 0
+        return []
     result = runner.write(("modify", "qos", "where", f"name={','.join(sorted(names))}", "set", "RawUsage=0"))
     if result.returncode != 0:
-        return [f"budget usage not reset ({result.output.strip()[:200]}): the next sync retries"], 0
+        return [f"budget usage not reset ({result.output.strip()[:200]}): the next sync retries"]
     budget_usage_reset(budget_ids=[s.budget_id for s in due], at=now)
-    return [f"budget usage reset on {len(names)} QOS for the period starting {due[0].period_start:%Y-%m-%d}"], len(due)
-
-
-def _account_names(cluster: Cluster) -> dict[int, str]:
-    from quotas.models import OrgUnit
-
-    return {
-        pk: (account or slug)
-        for pk, account, slug in OrgUnit.objects.filter(archived_at__isnull=True).values_list(
-            "pk", "slurm_account", "slug"
-        )
-    }
-
-
-def _subtree_ids(path: str) -> list[int]:
-    from quotas.selectors import active_units, subtree
-
-    return list(active_units().filter(subtree("path", path)).values_list("pk", flat=True))
+    return [f"budget usage reset on {len(names)} QOS for the period starting {due[0].period_start:%Y-%m-%d}"]

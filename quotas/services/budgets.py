@@ -4,7 +4,7 @@ are audited, since they change what the clusters enforce)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -18,27 +18,11 @@ from quotas.errors import InputError, StaleVersionError
 from quotas.models import Budget, BudgetSpend, OrgUnit, WorkloadTier
 from quotas.policy import budgets as bud
 from quotas.policy.violations import PolicyViolationError
-from quotas.selectors import budget_maps, flavor_keys
+from quotas.selectors import BUDGET_FIELDS as FIELDS
+from quotas.selectors import budget_core, budget_maps, flavor_keys
 
 from .audit import Actor, audit_event, audit_write, require_reason
 from .locks import lock_units
-
-FIELDS = (
-    "period",
-    "device_hours",
-    "action",
-    "tiers",
-    "warn_percent",
-    "carry_over_cap",
-    "oversubscription",
-    "starts_on",
-)
-
-
-def default_tiers() -> list[str]:
-    """Every tier but the most important (serving): a budget stops serving only when told to."""
-    names = list(WorkloadTier.objects.order_by("-priority").values_list("name", flat=True))
-    return sorted(names[1:]) if len(names) > 1 else names
 
 
 @dataclass(frozen=True)
@@ -56,31 +40,6 @@ class BudgetChange:
     oversubscription: Any = None
     starts_on: Any = None
     expected_version: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        data = {"kind": "budget", "unit": self.unit_id, "flavor": self.flavor_id, "version": self.expected_version}
-        for name in FIELDS:
-            value = getattr(self, name)
-            data[name] = (
-                value.isoformat() if isinstance(value, date) else (str(value) if isinstance(value, Decimal) else value)
-            )
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BudgetChange:
-        return cls(
-            int(data["unit"]),
-            int(data["flavor"]),
-            device_hours=data.get("device_hours"),
-            period=data.get("period"),
-            action=data.get("action"),
-            tiers=data.get("tiers"),
-            warn_percent=data.get("warn_percent"),
-            carry_over_cap=data.get("carry_over_cap"),
-            oversubscription=data.get("oversubscription"),
-            starts_on=data.get("starts_on"),
-            expected_version=data.get("version"),
-        )
 
 
 def _int(name: str, value: Any, low: int, high: int, what: str) -> int:
@@ -118,7 +77,9 @@ def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
         raise InputError("action", f"{value!r} is not an action", "use report, no-borrowing, hold or deny")
     value = asked["tiers"]
     if value is None:
-        out["tiers"] = current["tiers"] if row else default_tiers()
+        out["tiers"] = (
+            current["tiers"] if row else bud.default_tiers(dict(WorkloadTier.objects.values_list("name", "priority")))
+        )
     else:
         if isinstance(value, str):
             value = [t for t in value.replace(",", " ").split() if t]
@@ -160,43 +121,12 @@ def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
     return out
 
 
-def _core(unit_id: int, flavor: str, values: dict[str, Any]) -> bud.Budget:
-    return bud.Budget(
-        unit_id,
-        flavor,
-        values["device_hours"],
-        bud.Period(values["period"]),
-        bud.BudgetAction(values["action"]),
-        tuple(values["tiers"]),
-        values["warn_percent"],
-        values["carry_over_cap"],
-        float(values["oversubscription"]),
-        values["starts_on"],
-    )
-
-
 def _row_dict(row: Budget) -> dict[str, Any]:
     data = {name: getattr(row, name) for name in FIELDS}
     data["oversubscription"] = str(data["oversubscription"])
     data["starts_on"] = data["starts_on"].isoformat() if data["starts_on"] else None
     data["version"] = row.version
     return data
-
-
-def budget_violations(changes: Sequence[BudgetChange], *, now: datetime | None = None) -> list[bud.Violation]:
-    """What setting ``changes`` now would break (the check :func:`budget_set_bulk` runs), for previews
-    and change requests. InputError for input that is not a budget at all."""
-    now = now or timezone.now()
-    keys = flavor_keys()
-    rows = {(b.unit_id, b.flavor_id): b for b in Budget.objects.filter(_rows_q(changes))}
-    edits = {}
-    for change in changes:
-        if change.flavor_id not in keys:
-            raise InputError("flavor", f"flavor #{change.flavor_id} does not exist", "pick an existing flavor")
-        edits[(change.unit_id, keys[change.flavor_id])] = _core(
-            change.unit_id, keys[change.flavor_id], _values(change, rows.get((change.unit_id, change.flavor_id)))
-        )
-    return _check(edits, now)
 
 
 def _rows_q(changes: Sequence[BudgetChange]) -> Q:
@@ -206,7 +136,9 @@ def _rows_q(changes: Sequence[BudgetChange]) -> Q:
     return q
 
 
-def _check(edits: Mapping[bud.BudgetKey, bud.Budget | None], now: datetime) -> list[bud.Violation]:
+def _check(edits: Mapping[bud.BudgetKey, bud.Budget], now: datetime) -> list[bud.Violation]:
+    """The core's budget checks on the edited units' neighbourhood (parents, siblings, children) with
+    this period's spend of each edited budget."""
     units = {uid for uid, _ in edits}
     rows = list(OrgUnit.objects.filter(pk__in=units, archived_at__isnull=True).values("id", "parent_id"))
     missing = units - {r["id"] for r in rows}
@@ -219,11 +151,9 @@ def _check(edits: Mapping[bud.BudgetKey, bud.Budget | None], now: datetime) -> l
         parents[row["id"]], paths[row["id"]] = row["parent_id"], row["path"]
     budgets, spends = budget_maps(units=parents)
     spent = {
-        key: s.spent
-        for key, s in spends.items()
-        if key in edits
-        and s.period_start == bud.period_bounds(edits[key].period, now)[0]  # type: ignore[union-attr]
-        and edits[key] is not None
+        key: spends[key].spent
+        for key, budget in edits.items()
+        if key in spends and spends[key].period_start == bud.period_bounds(budget.period, now)[0]
     }
     tiers = WorkloadTier.objects.values_list("name", flat=True)
     return bud.check_budget_edits(
@@ -265,7 +195,7 @@ def budget_set_bulk(*, actor: Actor, reason: str, changes: Sequence[BudgetChange
             )
         values = _values(change, row)
         plan.append((change, row, values))
-        edits[(change.unit_id, keys[change.flavor_id])] = _core(change.unit_id, keys[change.flavor_id], values)
+        edits[(change.unit_id, keys[change.flavor_id])] = budget_core(change.unit_id, keys[change.flavor_id], values)
     violations = _check(edits, timezone.now())
     if violations:
         raise PolicyViolationError(violations)
@@ -308,10 +238,11 @@ def budget_set(*, actor: Actor, reason: str, change: BudgetChange) -> Budget:
 
 @transaction.atomic
 def budget_delete(*, actor: Actor, reason: str, budget: Budget) -> None:
-    """Remove a budget with its spend history (the audit row keeps what it was). Its children's
-    budgets stand on their own."""
+    """Remove a budget with its spend history (the audit row keeps what it was); its children's
+    budgets stand on their own. Allowed where the actor may set it (see :func:`budget_edit`)."""
     reason = require_reason(reason)
     budget = Budget.objects.select_for_update().select_related("unit", "flavor__cluster").get(pk=budget.pk)
+    _may_set(actor, [budget.unit], "remove")
     before = _row_dict(budget)
     path, key = budget.unit.path, budget.flavor.key
     pk = budget.pk
@@ -336,16 +267,20 @@ def budget_delete(*, actor: Actor, reason: str, budget: Budget) -> None:
 def budget_edit(*, actor: Actor, reason: str, changes: Sequence[BudgetChange]) -> list[Budget]:
     """A person's budget edit (portal or API): allowed where they may set quotas directly
     (:mod:`quotas.access`), else NotAllowedError saying to ask with a change request."""
+    _may_set(actor, OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}).order_by("path"), "set")
+    return budget_set_bulk(actor=actor, reason=reason, changes=changes)
+
+
+def _may_set(actor: Actor, units: Iterable[OrgUnit], verb: str) -> None:
     from quotas.access import NotAllowedError, led_paths, may_set_directly
 
     led = led_paths(actor)
-    for unit in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}).order_by("path"):
+    for unit in units:
         if not may_set_directly(actor, unit, led):
             raise NotAllowedError(
-                f"you may not set {unit.path}'s budget directly: ask for it with a change request "
+                f"you may not {verb} {unit.path}'s budget directly: ask for it with a change request "
                 f"(a lead of a unit above it, or a platform admin, decides)"
             )
-    return budget_set_bulk(actor=actor, reason=reason, changes=changes)
 
 
 # ------------------------------------------------------------------------------------- evaluation
@@ -373,6 +308,9 @@ def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dic
     spent budget is back under it (raised, or a new period), ``budget_warned`` when it passes its warn
     threshold (the webhook's warnings follow the audit revision). Hourly spend alone is not audited:
     it is derived data, rebuilt from the rollups."""
+    # one evaluation at a time per budget (two workers may run it at once): the second waits, then
+    # sees the first one's rows and transitions, so none is created or audited twice
+    list(Budget.objects.select_for_update().filter(pk__in={r.budget_id for r in records}).order_by("pk").values("pk"))
     existing = {
         (s.budget_id, s.period_start): s
         for s in BudgetSpend.objects.filter(

@@ -57,7 +57,8 @@ from quotas.policy.slurm.diff import Command as SlurmCommand
 from quotas.policy.slurm.diff import Step as SlurmStep
 from quotas.policy.slurm.diff import batch as slurm_batch
 from quotas.policy.slurm.diff import check_tres, hold_back, plan_slurm
-from quotas.selectors import kueue_target, org_snapshot, policy_revision, slurm_desired
+from quotas.policy.slurm.translate import compile_slurm
+from quotas.selectors import kueue_target, org_snapshot, policy_revision, slurm_target
 
 from .audit import Actor, audit_event, audit_write, require_reason
 from .budget_sync import budget_notes, slurm_resets
@@ -429,8 +430,8 @@ def slurm_sync(
     )
     runner = runner or Sacctmgr()
     try:
-        snapshot = org_snapshot()
-        desired = slurm_desired(cluster, snapshot)
+        snapshot, target = org_snapshot(), slurm_target(cluster)
+        desired = compile_slurm(snapshot, target)
         run.notes.extend(budget_notes(snapshot, cluster, timezone.now()))
         for problem in desired.problems:
             run.add((problem.kind, "", problem.name), SyncOutcome.INVALID, message=problem.message)
@@ -451,7 +452,7 @@ def slurm_sync(
             _report_slurm_plan(run, steps, drift=drift)
         else:
             _apply_slurm(run, runner, steps)
-            run.notes.extend(slurm_resets(cluster, desired, runner)[0])
+            run.notes.extend(slurm_resets(cluster, snapshot, target, desired, runner))
             left, _ = _plan_slurm(desired, runner)
             skipped = {(o.kind, o.name) for o in run.objects if o.outcome == SyncOutcome.INVALID}
             left = [c for c in left if (c.kind, c.name) not in skipped]

@@ -208,3 +208,65 @@ def test_the_api_sets_lists_and_removes_budgets_and_names_bad_fields(tiers, clie
     gone = client.delete(f"/api/v1/budgets/{data['id']}/", {"reason": "not needed"}, content_type="application/json")
     assert gone.status_code == 204
     assert AuditEvent.objects.filter(action="budget_delete").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_evaluating_at_once_record_and_audit_running_out_once(tiers):
+    """Beat's evaluation after a rollup and a retried one may run on two workers together: the
+    budgets are locked while their period is recorded, so the second sees the first's row."""
+    from django.db import connection
+
+    from tests.quotas.test_concurrency import _race
+
+    assert connection.vendor == "postgresql"
+    services.budget_set(actor=tiers.admin, reason="t", change=change(tiers, tiers.nlp, 10, action="hold"))
+    now = datetime.now(UTC)
+    _hours(tiers.nlp, tiers.flavor, now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), 1, within=12)
+    outcomes = _race([lambda: budgets_evaluate(now=now)] * 4)
+    assert outcomes == ["ok"] * 4
+    assert BudgetSpend.objects.count() == 1
+    assert AuditEvent.objects.filter(action="budget_exhausted").count() == 1
+
+
+def test_a_spent_hold_budget_reaches_the_api_server_and_a_raise_releases_it(demo, crd_schemas):
+    """Through the official client against the loopback API server the other sync tests use: the held
+    LocalQueue is written with stopPolicy Hold and the run says why; raised, the next sync lifts it."""
+    from quotas.models import NamespaceBinding, Quota, ResourceFlavor, SyncObject, WorkloadTier
+    from tests.kube_fake import FakeKueueServer
+    from tests.quotas.test_sync import sync
+
+    rl = Quota.objects.select_related("unit").get(
+        unit__path="acme/research/rl", flavor__name="a100-80gb", resource="nvidia.com/gpu"
+    )
+    flavor = ResourceFlavor.objects.get(pk=rl.flavor_id)
+    namespaces = set(NamespaceBinding.objects.filter(unit=rl.unit, cluster=demo).values_list("namespace", flat=True))
+    assert namespaces, "the demo binds rl's namespaces"
+    every_tier = sorted(WorkloadTier.objects.values_list("name", flat=True))
+    bump = BudgetChange(rl.unit_id, flavor.pk, device_hours=5, action="hold", tiers=every_tier)
+    services.budget_set(actor=None, reason="t", change=bump)
+    now = datetime.now(UTC)
+    UsageHour.objects.create(
+        unit=rl.unit, flavor=flavor, hour=now.replace(day=1, hour=0, minute=0, second=0, microsecond=0),
+        minutes=60, allocated=8, within=8,
+    )  # fmt: skip
+    with FakeKueueServer(crd_schemas) as fake:
+        sync(demo, fake)
+        budgets_evaluate(now=now)
+        held = sync(demo, fake)
+        assert "held: budget spent — acme/research/rl on k8s-west/a100-80gb" in held.message, held.message
+        changed = SyncObject.objects.filter(run=held, kind="LocalQueue", outcome="updated")
+        assert {o.namespace for o in changed} == namespaces
+        for ns in namespaces:
+            assert fake.objects[("LocalQueue", ns, next(iter(fake_names(fake, ns))))]["spec"]["stopPolicy"] == "Hold"
+        services.budget_set(actor=None, reason="more", change=BudgetChange(rl.unit_id, flavor.pk, device_hours=100))
+        budgets_evaluate(now=now)
+        released = sync(demo, fake)
+        assert "held: budget spent" not in released.message
+        for ns in namespaces:
+            spec = fake.objects[("LocalQueue", ns, next(iter(fake_names(fake, ns))))]["spec"]
+            assert spec.get("stopPolicy", "None") == "None", spec
+
+
+def fake_names(fake, namespace):
+    return {name for kind, ns, name in fake.objects if kind == "LocalQueue" and ns == namespace}

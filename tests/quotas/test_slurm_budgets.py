@@ -17,6 +17,7 @@ from quotas.integrations.slurm import Sacctmgr
 from quotas.models import BudgetSpend, SyncStatus
 from quotas.services import BudgetChange
 from quotas.services.sync import cluster_sync
+from tests.quotas.test_slurm_clusters import two as two
 from tests.quotas.test_slurm_sync import _sh, _wait
 from tests.quotas.test_slurm_sync import lab as lab
 
@@ -133,3 +134,38 @@ def test_a_spent_deny_budget_is_refused_by_job_submit_naming_it(lab):
                 "--gres=gpu:a100:1", "--wrap", "true", user="alice")  # fmt: skip
     assert other.returncode == 0, other.stderr
     _sh("scancel", other.stdout.split()[-1])
+
+
+def test_a_budget_on_a_second_cluster_of_the_slurmdbd_resets_only_its_own_qos(two):
+    """QOS are shared by every cluster of a slurmdbd: the RawUsage reset names only the QOS this
+    cluster's sync compiled (its prefix), and the first cluster's objects stay byte for byte."""
+    from quotas.services.sync import slurm_sync
+    from tests.quotas.test_slurm_clusters import _give_other_quota, _seen
+
+    class Recording(Sacctmgr):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[tuple[str, ...]] = []
+
+        def write(self, argv):
+            self.writes.append(argv)
+            return super().write(argv)
+
+    services.tier_set(actor=two.admin, reason="t", name="P1", display_name="P1", priority=1000)
+    assert cluster_sync(actor=two.admin, reason="lab", cluster=two.slurm).status in ("applied", "in_sync")
+    lab_before = _seen("lab")
+    two.other = services.cluster_set(actor=two.admin, reason="t", name="slurm-other", slurm_qos_prefix="o-")
+    _give_other_quota(two)
+    services.budget_set(
+        actor=two.admin,
+        reason="t",
+        change=BudgetChange(two.nlp.pk, two.other_flavor.pk, device_hours=50, action="hold", tiers=["P1"]),
+    )
+    budgets_evaluate()
+    runner = Recording()
+    run = slurm_sync(actor=two.admin, reason="other", cluster=two.other, runner=runner)
+    assert run.status == SyncStatus.APPLIED, run.message
+    (reset,) = [argv for argv in runner.writes if "RawUsage=0" in argv]
+    assert reset[:3] == ("modify", "qos", "where") and reset[3] == "name=o-burst-nlp,o-guar-nlp", reset
+    assert _qos("o-guar-nlp").grp_tres_mins == {"gres/gpu:h100": 50 * 60}
+    assert _seen("lab") == lab_before and "nodecay" not in _qos("guar-nlp").flags

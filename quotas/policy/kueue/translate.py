@@ -118,7 +118,14 @@ class _Compiler:
             else []
         )
         self.no_borrowing = {(e.unit_id, e.flavor) for e in spent if e.action is BudgetAction.NO_BORROWING}
-        self.held = {uid for e in spent if e.queue_hold and e.flavor in keys for uid in e.units}
+        self.held_namespaces = {
+            ns
+            for e in spent
+            if e.queue_hold and e.flavor in keys
+            for uid in e.units
+            for ns in target.namespaces.get(uid, ())
+        }
+        """Namespaces of a unit under a spent hold budget: their LocalQueues stop, whichever queue they feed."""
 
     def borrowing(self, uid: int, flavor: str, resource: Resource, allowed: int) -> int:
         """``allowed``, or 0 for GPUs while a no-borrowing budget of the unit is spent."""
@@ -283,7 +290,7 @@ class _Compiler:
 
     def local_queue(self, uid: int, namespace: str, queue: str) -> Object:
         spec: dict[str, Any] = {"clusterQueue": queue}
-        if uid in self.held or self._folded_into_held(uid, namespace):
+        if namespace in self.held_namespaces:
             spec["stopPolicy"] = "Hold"  # a spent hold budget: nothing new admitted, running work finishes
         return {
             "apiVersion": API_VERSION,
@@ -291,12 +298,6 @@ class _Compiler:
             "metadata": self.meta(self.t.local_queue_names.get(namespace, queue), self.s.units[uid].path, namespace),
             "spec": spec,
         }
-
-    def _folded_into_held(self, uid: int, namespace: str) -> bool:
-        """A namespace of an uncapped descendant folded into ``uid``'s queue, whose own unit is held."""
-        if not self.held:
-            return False
-        return any(namespace in self.t.namespaces.get(d, ()) for d in self.held if d != uid)
 
     def priority_class(self, tier_name: str) -> Object:
         tier = self.s.tiers[tier_name]

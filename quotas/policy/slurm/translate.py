@@ -236,17 +236,9 @@ def _budget_limits(
     if target.at is None or not snapshot.budgets:
         return {}, set()
     budgets = {k: b for k, b in snapshot.budgets.items() if b.flavor in keys}
-    subtree = {}
-    for key in budgets:
-        units, pending = [], [key[0]]
-        while pending:
-            uid = pending.pop()
-            units.append(uid)
-            pending.extend(snapshot.children.get(uid, ()))
-        subtree[key[0]] = units
     spent = effects(budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, target.at)
     no_borrowing = {(e.unit_id, e.flavor) for e in spent if e.action is BudgetAction.NO_BORROWING}
-    return slurm_minutes(budgets, snapshot.budget_spend, subtree, target.at), no_borrowing
+    return slurm_minutes(budgets, snapshot.budget_spend, snapshot.children, target.at), no_borrowing
 
 
 def _full_bursts(snapshot: OrgSnapshot, present: set[int], flavor: str) -> dict[int, int]:

@@ -178,7 +178,7 @@ def test_slurm_minutes_stop_the_subtree_at_its_allowance():
     start = datetime(2026, 5, 1, tzinfo=UTC)
     budgets = {(2, "west/a100"): b(2, 100, action=BudgetAction.HOLD)}
     spend = BudgetSpend(start, 100, 70, {2: (30.0, 10.0), 4: (30.0, 0.0)})
-    limits = slurm_minutes(budgets, {(2, "west/a100"): spend}, {2: (2, 4)}, NOW)
+    limits = slurm_minutes(budgets, {(2, "west/a100"): spend}, {1: (2, 3), 2: (4,)}, NOW)
     # each QOS: what it counted + the 30 device-hours left
     assert limits == {
         (2, "west/a100", "guar"): 60 * 60,
@@ -198,7 +198,18 @@ def test_slurm_minutes_stop_the_subtree_at_its_allowance():
     nested = slurm_minutes(
         budgets,
         {(2, "west/a100"): spend, (4, "west/a100"): BudgetSpend(start, 40, 30, {4: (30.0, 0.0)})},
-        {2: (2, 4), 4: (4,), 3: (3,)},
+        {1: (2, 3), 2: (4,)},
         NOW,
     )
     assert nested[(4, "west/a100", "guar")] == 40 * 60 and (3, "west/a100", "guar") not in nested
+
+
+def test_default_tiers_spare_the_serving_tier_and_held_time_ends_at_release_or_period_end():
+    from quotas.policy.budgets import default_tiers, held_seconds
+
+    assert default_tiers({"P0": 100000, "P1": 1000, "P3": 10}) == ["P1", "P3"]
+    assert default_tiers({"P1": 1000}) == ["P1"]
+    out, end = datetime(2026, 5, 20, tzinfo=UTC), datetime(2026, 6, 1, tzinfo=UTC)
+    assert held_seconds(None, None, end, NOW) == 0
+    assert held_seconds(out, datetime(2026, 5, 21, tzinfo=UTC), end, datetime(2026, 7, 1, tzinfo=UTC)) == 86400
+    assert held_seconds(out, None, end, datetime(2026, 7, 1, tzinfo=UTC)) == 12 * 86400
