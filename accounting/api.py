@@ -28,6 +28,7 @@ from accounting.selectors import (
     usage_summary,
     visible_findings,
 )
+from accounting.services.budget_reports import with_budgets
 from accounting.services.fairshare import slurm_fairshare
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from quotas.access import is_platform_admin, led_paths, may_read_costs
@@ -211,6 +212,17 @@ SHOWBACK = inline_serializer(
                 "cost": MONEY,
                 "idle_cost": MONEY,
                 "lent_credit": MONEY,
+                "budget_h": serializers.FloatField(
+                    allow_null=True,
+                    help_text="The unit's GPU-hour budget on the flavor for the period holding the "
+                    "report's start (with what it carried over); null: none. Its subtree's spend:",
+                ),
+                "budget_spent_h": serializers.FloatField(allow_null=True, help_text="charged to the report's end"),
+                "budget_remaining_h": serializers.FloatField(allow_null=True),
+                "budget_forecast": serializers.DateField(
+                    allow_null=True, help_text="The day the trailing rate spends it, while its period runs"
+                ),
+                "budget_ran_out_on": serializers.DateField(allow_null=True),
             },
         ),
         "flavors": inline_serializer(
@@ -246,7 +258,9 @@ def showback(request: Request) -> Response:
         raise PermissionDenied(
             "costs are visible to leads of the unit or a unit above it: give within=<a unit you lead>"
         )
-    return Response(showback_report(params["period"], within=params["within"], rollup=params["rollup"]))
+    period = params["period"]
+    report = showback_report(period, within=params["within"], rollup=params["rollup"])
+    return Response(with_budgets(report, period.start, period.end))
 
 
 class FindingOut(serializers.ModelSerializer):

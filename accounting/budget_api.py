@@ -2,7 +2,8 @@
 
 A budget is shown with its current period as last evaluated from the rollups (spent, remaining, burn
 rate, forecast exhaustion). Writes go through ``quotas.services.budgets.budget_edit`` (a lead sets the
-budgets of units inside the ones they lead; above that, a change request) and are audited.
+budgets of units inside the ones they lead; above that, ``request: true`` asks with a change request)
+and are audited.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.services.budgets import budget_views
+from quotas.access import may_set_directly
 from quotas.models import Budget, OrgUnit, ResourceFlavor
 from quotas.selectors import BUDGET_FIELDS
 from quotas.services.budgets import BudgetChange, budget_delete, budget_edit
+from quotas.services.change_requests import change_request_submit
 
 
 class BudgetIn(serializers.Serializer):
@@ -39,6 +42,11 @@ class BudgetIn(serializers.Serializer):
     starts_on = serializers.CharField(required=False, allow_null=True, help_text="YYYY-MM-DD, a period's first day.")
     version = serializers.IntegerField(required=False, allow_null=True, help_text="The version you edited (0: new).")
     reason = serializers.CharField(max_length=4000, allow_blank=True, help_text="Why: kept in the audit trail.")
+    request = serializers.BooleanField(
+        default=False,
+        help_text="Ask rather than set: a change request a lead above decides (answers 202 with its id). "
+        "Needed for a unit you lead yourself; a budget you may set directly is set at once.",
+    )
 
 
 class DeleteIn(serializers.Serializer):
@@ -91,7 +99,14 @@ def _flavor(key: str) -> ResourceFlavor:
     parameters=[OpenApiParameter("unit", OpenApiTypes.STR, description="A unit path: it and below.")],
     responses={200: BUDGET_LIST},
 )
-@extend_schema(methods=["POST"], request=BudgetIn, responses={201: BUDGET})
+@extend_schema(
+    methods=["POST"],
+    request=BudgetIn,
+    responses={
+        201: BUDGET,
+        202: inline_serializer("BudgetRequested", fields={"change_request": serializers.IntegerField()}),
+    },
+)
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def budgets_view(request: Request) -> Response:
@@ -105,6 +120,9 @@ def budgets_view(request: Request) -> Response:
     unit, flavor = _unit(data["unit"]), _flavor(data["flavor"])
     fields = {k: data.get(k) for k in BUDGET_FIELDS}
     change = BudgetChange(unit.pk, flavor.pk, **fields, expected_version=data.get("version"))
+    if data["request"] and not may_set_directly(request.user, unit):
+        asked = change_request_submit(actor=request.user, reason=data["reason"], changes=[change])
+        return Response({"change_request": asked.pk}, status=202)
     (budget,) = budget_edit(actor=request.user, reason=data["reason"], changes=[change])
     (view,) = [v for v in budget_views(unit_ids=[budget.unit_id]) if v.id == budget.pk]
     return Response(view.as_dict(), status=201)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, timedelta
 from typing import Any
 
 WITHIN, BORROWED, PENDING, GUARANTEE, CEILING, GAP = "#3b6fd8", "#e3a21a", "#c9d8f5", "#1d2430", "#b3261e", "#e8ecf1"
@@ -174,3 +174,64 @@ def comparison_rows(units: Sequence[Mapping[str, Any]], *, after: str = "propose
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class BurnDown:
+    """A budget's burn-down as SVG geometry: three lines labelled where they end, no legend."""
+
+    budget: str
+    actual: str
+    forecast: str
+    today_x: float | None
+    labels: list[tuple[float, float, str, str, str]]
+    """x, y, text, colour, text-anchor: each line's name and figure beside its end."""
+    ticks: list[tuple[float, str]]
+    days: list[tuple[float, str]]
+    width: int
+    height: int
+    left: int
+
+
+def burn_down_chart(
+    lines: Mapping[str, Sequence[tuple[datetime, float]]], *, now: datetime, width: int = 720, height: int = 200
+) -> BurnDown | None:
+    """Device-hours left over the period (quotas.policy.budgets.burn_down's lines): the plan as a
+    straight line, what is left (solid), the trailing rate's forecast (dotted); each line carries its
+    name at its end and now is marked."""
+    plan = list(lines.get("budget", ()))
+    if len(plan) < 2:
+        return None
+    left, right, bottom, top_pad = 44, 150, 22, 12
+    first, last = plan[0][0], plan[-1][0]
+    span = max(1.0, (last - first).total_seconds())
+    top = max(1.0, *(v for name in ("budget", "actual", "forecast") for _, v in lines.get(name, ())))
+    plot_w, plot_h = width - left - right, height - bottom - top_pad
+
+    def x(at: datetime) -> float:
+        return left + plot_w * (at - first).total_seconds() / span
+
+    def y(value: float) -> float:
+        return top_pad + plot_h * (1 - max(0.0, value) / top)
+
+    def points(name: str) -> str:
+        return " ".join(f"{x(at):.1f},{y(v):.1f}" for at, v in lines.get(name, ()))
+
+    labels: list[tuple[float, float, str, str, str]] = []
+    actual, forecast = list(lines.get("actual", ())), list(lines.get("forecast", ()))
+    if actual:
+        at, v = actual[-1]
+        labels.append((x(at) + 6, y(v) - 6, f"left: {v:,.0f} h", WITHIN, "start"))
+    if len(forecast) > 1:  # below the dotted line, ending where it does: clear of the plan and the axis
+        at, v = forecast[-1]
+        text = f"forecast: out {at:%d %b}" if v <= 0 else f"forecast: {v:,.0f} h at end"
+        labels.append((x(at) - 48, y(v) - 6, text, BORROWED, "end"))
+    labels.append((x(last) + 6, y(0) - 4, "plan: 0 at period end", GUARANTEE, "start"))
+    ticks = [(y(top * f), f"{top * f:,.0f}") for f in (0, 0.5, 1)]
+    days = (last - first).days
+    every = max(1, days // 6)
+    marks = [first + timedelta(days=n) for n in range(0, days, every)]
+    return BurnDown(
+        points("budget"), points("actual"), points("forecast"), x(now) if first <= now <= last else None, labels,
+        ticks, [(x(m), f"{m:%d %b}") for m in marks], width, height, left,
+    )  # fmt: skip

@@ -83,10 +83,12 @@ def rollup_recent(hours: int = 48) -> int:
 )
 def evaluate_budgets() -> dict[str, object]:
     """After each rollup: every budget's spend this period; a budget running out (or released) is
-    audited, which enforces it on the clusters (quotas.services.enforce)."""
-    from accounting.services.budgets import budgets_evaluate
+    audited, which enforces it on the clusters (quotas.services.enforce); then the budget findings
+    (warned, forecast to run out, spent) are opened and mailed, or resolved."""
+    from accounting.services.budgets import budget_findings_detect, budgets_evaluate
 
-    return budgets_evaluate()
+    counts = budgets_evaluate()
+    return {**counts, "findings": budget_findings_detect()}
 
 
 @shared_task(name="accounting.tasks.detect_findings")

@@ -23,6 +23,7 @@ from accounting.selectors import (
     usage_months,
     visible_findings,
 )
+from accounting.services.budget_reports import with_budgets
 from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
 from accounting.services.review import last_month, review_accept, review_accept_plan
 from quotas.access import NotAllowedError, cost_readable_paths, is_platform_admin, led_paths, may_read_costs
@@ -72,7 +73,8 @@ def showback_page(request: HttpRequest) -> HttpResponse:
         )
     elif month:
         try:
-            context["report"] = showback_report(showback_period(month), within=within)
+            period = showback_period(month)
+            context["report"] = with_budgets(showback_report(period, within=within), period.start, period.end)
         except ValueError as exc:
             context["error"] = f"{exc}: choose a month from the list."
     return render(request, "accounting/showback.html", context)

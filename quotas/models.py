@@ -587,7 +587,7 @@ class Budget(models.Model):
 
 class BudgetSpend(models.Model):
     """A budget's period as evaluated after each rollup: spend, allowance and when it warned, ran out and
-    was released. Written by the evaluation (quotas.services.budgets.budget_spend_record), one row a period."""
+    was released. Written by the evaluation (quotas.services.budget_spend.budget_spend_record), one row a period."""
 
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="spends")
     period_start = models.DateTimeField()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounting import plan_views
+from accounting import budget_views, plan_views
 from accounting import views as accounting_views
 from quotas.portal import admin, clusters, edit, rebalance, views
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("units/<int:unit_id>/", views.unit_detail, name="unit"),
     path("units/<int:unit_id>/quotas/", edit.quota_edit, name="unit-edit"),
     path("units/<int:unit_id>/quotas/check/", edit.quota_check, name="unit-check"),
+    path("units/<int:unit_id>/budgets/", budget_views.budgets_edit, name="unit-budgets"),
     path("units/<int:unit_id>/history/", views.unit_history, name="unit-history"),
     path("units/<int:unit_id>/rebalance/", rebalance.rebalance, name="unit-rebalance"),
     path("capacity/", views.capacity, name="capacity"),

@@ -30,6 +30,13 @@ class FindingKind(StrEnum):
     ZOMBIE_ALLOCATION = "zombie_allocation"
     STUCK_RESERVATION = "stuck_reservation"
     CONTRACT_NOT_HONOURED = "contract_not_honoured"
+    BUDGET_WARN = "budget_warn"
+    BUDGET_FORECAST = "budget_forecast"
+    BUDGET_SPENT = "budget_spent"
+
+
+BUDGET_KINDS = frozenset({FindingKind.BUDGET_WARN, FindingKind.BUDGET_FORECAST, FindingKind.BUDGET_SPENT})
+"""Found after each budget evaluation (accounting.policy.budget_findings), not by the daily detectors."""
 
 
 @dataclass(frozen=True)

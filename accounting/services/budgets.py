@@ -5,7 +5,8 @@ Spend is allocated device-hours of the budget's unit and everything under it, on
 (the Slurm burst QOS's ``UsageFactor``, so both schedulers spend alike). The rollups are per unit and
 flavor, not per tier: a budget counts all of its units' hours on the flavor; its tiers say what its
 action stops. One grouped query a window (this period, the previous one for carry-over, the trailing
-hours behind the burn rate); the sums are carried up the tree in one pass.
+hours behind the burn rate: spend over the hours with telemetry in them); the sums are carried up
+the tree in one pass.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -26,7 +27,7 @@ from quotas.access import within_any
 from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
 from quotas.policy import budgets as bud
 from quotas.selectors import BUDGET_FIELDS, budget_core, subtree
-from quotas.services.budgets import SpendRecord, budget_spend_record
+from quotas.services.budget_spend import SpendRecord, budget_spend_record
 from quotas.services.enforce import enforce_clusters_soon
 
 Sums = dict[tuple[int, int], tuple[float, float]]
@@ -40,6 +41,20 @@ def _sums(start: datetime, end: datetime, flavors: Iterable[int]) -> Sums:
         .annotate(w=Sum("within"), b=Sum("borrowed"))
     )
     return {(r["unit_id"], r["flavor_id"]): (r["w"] or 0.0, r["b"] or 0.0) for r in rows}
+
+
+def _covered(start: datetime, end: datetime, flavors: Iterable[int]) -> dict[int, int]:
+    """Hours of [start, end) with telemetry on each flavor: the burn rate's denominator, so hours
+    nothing reported (a gap, or before the first report) do not count as hours nobody spent."""
+    rows = (
+        UsageHour.objects.filter(hour__gte=start, hour__lt=end, flavor_id__in=list(flavors))
+        .values_list("flavor_id", "hour")
+        .annotate(n=Count("id"))  # a GROUP BY (cheaper than COUNT(DISTINCT hour)): hours counted here
+    )
+    found: dict[int, int] = defaultdict(int)
+    for flavor_id, _hour, _n in rows:
+        found[flavor_id] += 1
+    return found
 
 
 def _charge(within: float, borrowed: float) -> float:
@@ -64,22 +79,24 @@ class _Row:
 
 
 def _rows(scope: Q | None = None) -> list[_Row]:
-    """Budgets of active units (within ``scope``), in path order: one query."""
-    rows = Budget.objects.filter(unit__archived_at__isnull=True).select_related("unit", "flavor__cluster")
+    """Budgets of active units (within ``scope``), in path order: one query of plain values."""
+    rows = Budget.objects.filter(unit__archived_at__isnull=True)
     if scope is not None:
         rows = rows.filter(scope)
+    names = ("id", "unit_id", "unit__path", "flavor_id", "flavor__cluster_id", "flavor__cluster__kind",
+             "flavor__cluster__name", "flavor__name", "version", *BUDGET_FIELDS)  # fmt: skip
     return [
         _Row(
-            b.pk,
-            b.unit_id,
-            b.unit.path,
-            b.flavor_id,
-            b.flavor.cluster_id,
-            b.flavor.cluster.kind == ClusterKind.SLURM,
-            b.version,
-            budget_core(b.unit_id, b.flavor.key, {f: getattr(b, f) for f in BUDGET_FIELDS}),
+            b["id"],
+            b["unit_id"],
+            b["unit__path"],
+            b["flavor_id"],
+            b["flavor__cluster_id"],
+            b["flavor__cluster__kind"] == ClusterKind.SLURM,
+            b["version"],
+            budget_core(b["unit_id"], f"{b['flavor__cluster__name']}/{b['flavor__name']}", b),
         )
-        for b in rows.order_by("unit__path", "flavor__cluster__name", "flavor__name")
+        for b in rows.order_by("unit__path", "flavor__cluster__name", "flavor__name").values(*names)
     ]
 
 
@@ -101,7 +118,7 @@ def _up_the_tree(
 
 
 def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
-    """Measure every budget's current period and record it (quotas.services.budgets.budget_spend_record:
+    """Measure every budget's current period and record it (quotas.services.budget_spend.budget_spend_record:
     audited when a budget runs out or is released). Returns counts."""
     now = now or timezone.now()
     rows = [r for r in _rows() if r.budget.starts is None or r.budget.starts <= now.date()]
@@ -112,6 +129,7 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
     wanted = {(r.unit_id, r.flavor_id) for r in rows}
     trailing_h = settings.ALLOT_BUDGET_TRAILING_HOURS
     trailing = _up_the_tree(_sums(now - timedelta(hours=trailing_h), now, flavors), parents, wanted)
+    covered = _covered(now - timedelta(hours=trailing_h), now, flavors)
     by_period: dict[bud.Period, tuple[datetime, datetime]] = {
         p: bud.period_bounds(p, now) for p in {r.budget.period for r in rows}
     }
@@ -153,7 +171,7 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
                 within, borrowed = since[hour].get((uid, row.flavor_id), (0.0, 0.0))
                 if within or borrowed:
                     by_unit[str(uid)] = [round(within, 4), round(bud.BORROWED_FACTOR * borrowed, 4)]
-        rate = trailing.get(key, 0.0) * 24 / trailing_h
+        rate = trailing.get(key, 0.0) * 24 / max(1, covered.get(row.flavor_id, trailing_h))
         status = bud.budget_status(row.budget, allowance=allowance, spent=used, rate_per_day=rate, now=now)
         records.append(
             SpendRecord(
@@ -289,3 +307,15 @@ def daily_spend(view: BudgetView) -> dict[date, float]:
         .annotate(w=Sum("within"), b=Sum("borrowed"))
     )
     return {r["day"]: _charge(r["w"] or 0.0, r["b"] or 0.0) for r in rows}
+
+
+def budget_findings_detect(*, now: datetime | None = None) -> dict[str, Any]:
+    """After each evaluation: open (and mail) or resolve the budget findings — warn threshold passed,
+    forecast exhaustion before the period ends, spent (accounting.policy.budget_findings)."""
+    from accounting.policy.budget_findings import BudgetState, budget_findings
+    from accounting.policy.findings import BUDGET_KINDS
+    from accounting.services.findings import findings_reconcile
+
+    now = now or timezone.now()
+    states = [BudgetState(v.id, v.unit_id, v.unit_path, v.flavor_id, v.budget, v.status) for v in budget_views(now=now)]
+    return findings_reconcile(budget_findings(states, now), now, now, BUDGET_KINDS).as_dict()

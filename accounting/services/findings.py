@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,6 +28,8 @@ from django.utils import timezone
 
 from accounting.models import Allocation, Finding, FindingState, UsageHour, WorkloadRecord
 from accounting.policy.findings import (
+    BUDGET_KINDS,
+    FindingKind,
     Found,
     QuietSpan,
     Reclaim,
@@ -49,6 +52,7 @@ from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import Resource
 from quotas.selectors import org_snapshot
 from quotas.services.audit import audit_event, audit_write, require_reason
+from quotas.services.budgets import BudgetChange
 from quotas.services.change_requests import change_request_submit
 from quotas.services.quota import QuotaChange
 
@@ -103,7 +107,7 @@ def findings_detect(
     found += zombie_allocations(quiet_spans(start, end, th, prices), th)
     found += stuck_reservations(stuck_workloads(prices), th, now)
     found += contracts_not_honoured(reclaims(start, end, prices), start, end)
-    return _reconcile(found, end, now)
+    return findings_reconcile(found, end, now)
 
 
 def _with_stranded(found: list[Found], start: datetime, end: datetime) -> list[Found]:
@@ -428,19 +432,27 @@ def reclaims(start: datetime, end: datetime, prices: dict[int, Decimal | None]) 
 
 
 @transaction.atomic
-def _reconcile(found: list[Found], end: datetime, now: datetime) -> DetectionRun:
+def findings_reconcile(
+    found: list[Found], end: datetime, now: datetime, kinds: frozenset[FindingKind] | None = None
+) -> DetectionRun:
+    """Open, widen and resolve the findings of ``kinds`` (default: the daily detectors') against what
+    was ``found`` (see the module docstring)."""
     run = DetectionRun(end=end)
+    ours = [k.value for k in (kinds if kinds is not None else set(FindingKind) - BUDGET_KINDS)]
     live = {
         f.key: f
-        for f in Finding.objects.select_for_update().filter(state__in=[FindingState.OPEN, FindingState.ACKNOWLEDGED])
+        for f in Finding.objects.select_for_update(of=("self",))
+        .select_related("unit")
+        .filter(state__in=[FindingState.OPEN, FindingState.ACKNOWLEDGED], kind__in=ours)
     }
     snooze = now - timedelta(days=settings.ALLOT_FINDINGS_SNOOZE_DAYS)
     dismissed = set(
-        Finding.objects.filter(state=FindingState.DISMISSED, closed_at__gte=snooze).values_list("key", flat=True)
+        Finding.objects.filter(state=FindingState.DISMISSED, closed_at__gte=snooze, kind__in=ours).values_list(
+            "key", flat=True
+        )
     )
     seen = set()
-    events = []
-    opened = []
+    updated, created, resolved = [], [], []
     for item in found:
         run.found[item.kind.value] = run.found.get(item.kind.value, 0) + 1
         seen.add(item.key)
@@ -456,61 +468,105 @@ def _reconcile(found: list[Found], end: datetime, now: datetime) -> DetectionRun
             existing.window_start = min(existing.window_start, item.start)
             existing.window_end = max(existing.window_end, item.end)
             existing.detections += 1
-            existing.save()
-            run.updated += 1
+            updated.append(existing)
             continue
         if item.key in dismissed:
             run.snoozed += 1
             continue
-        finding = Finding.objects.create(
-            kind=item.kind.value, key=item.key, unit_id=item.unit, flavor_id=item.flavor, window_start=item.start,
-            window_end=item.end, opened_at=now, **fields,
+        created.append(
+            Finding(
+                kind=item.kind.value, key=item.key, unit_id=item.unit, flavor_id=item.flavor, window_start=item.start,
+                window_end=item.end, opened_at=now, **fields,
+            )
         )  # fmt: skip
-        opened.append(finding)
-        events.append(_event(None, finding, "finding_open", None, {"summary": finding.summary}, "detected"))
-        run.opened += 1
     for key, finding in live.items():
         if key in seen or finding.window_end > end:
             continue  # still there, or seen by a detection of a later window
         finding.state, finding.closed_at, finding.updated_at = FindingState.RESOLVED, now, now
         finding.state_reason = f"no longer detected in the window ending {end:%Y-%m-%d %H:00}"
-        finding.save()
-        events.append(
-            _event(None, finding, "finding_resolve", {"state": "open"}, {"state": "resolved"}, finding.state_reason)
-        )
-        run.resolved += 1
+        resolved.append(finding)
+    # in bulk: one evaluation may widen or open thousands at once (bench/budgets.py)
+    Finding.objects.bulk_update(updated, UPDATED, batch_size=500)
+    Finding.objects.bulk_update(resolved, ["state", "closed_at", "updated_at", "state_reason"], batch_size=500)
+    opened = Finding.objects.bulk_create(created, batch_size=1000)
+    paths = dict(OrgUnit.objects.filter(pk__in={f.unit_id for f in opened if f.unit_id}).values_list("id", "path"))
+    events = [
+        _event(None, f, "finding_open", None, {"summary": f.summary}, "detected", paths.get(f.unit_id or 0, ""))
+        for f in opened
+    ]
+    events += [
+        _event(None, f, "finding_resolve", {"state": "open"}, {"state": "resolved"}, f.state_reason) for f in resolved
+    ]
+    run.updated, run.opened, run.resolved = len(updated), len(opened), len(resolved)
     if events:
         audit_write(events)
-    for finding in opened:
-        _mail_leads(finding)
+    _mail_opened(opened, paths)
     return run
 
 
-def _event(actor: Viewer, finding: Finding, action: str, before: Any, after: Any, reason: str) -> Any:
+UPDATED = ["summary", "evidence", "cost", "suggestion", "action", "partial", "updated_at", "window_start",
+           "window_end", "detections"]  # fmt: skip
+DIGEST_OVER = 5
+"""A lead told of more new findings than this at once gets one mail listing them, not one each."""
+
+
+def _event(
+    actor: Viewer, finding: Finding, action: str, before: Any, after: Any, reason: str, path: str | None = None
+) -> Any:
+    if path is None:
+        path = finding.unit.path if finding.unit else ""
     return audit_event(
         actor=actor, action=action, obj_type="finding", obj_id=finding.pk, obj_repr=f"#{finding.pk} {finding.summary}",
-        before=before, after=after, reason=reason, unit_path=finding.unit.path if finding.unit else "",
+        before=before, after=after, reason=reason, unit_path=path,
     )  # fmt: skip
 
 
-def _leads(unit: OrgUnit | None) -> list[Any]:
-    """The leads of the unit, or of the nearest unit above it that has any."""
-    node = unit
-    while node is not None:
-        leads = list(node.leads.filter(is_active=True))
-        if leads:
-            return leads
-        node = node.parent
-    return []
+def _lead_emails(unit_ids: set[int]) -> dict[int, list[str]]:
+    """Per unit: its leads' addresses, or those of the nearest unit above it that has leads (2 queries)."""
+    if not unit_ids:
+        return {}
+    parents = dict(OrgUnit.objects.values_list("id", "parent_id"))
+    own: dict[int, set[str]] = defaultdict(set)
+    leads = OrgUnit.leads.through.objects.filter(user__is_active=True)
+    for unit_id, email in leads.values_list("orgunit_id", "user__email"):
+        own[unit_id].add(email)
+    found = {}
+    for uid in unit_ids:
+        node: int | None = uid
+        while node is not None and node not in own:
+            node = parents.get(node)
+        found[uid] = sorted(e for e in own.get(node, set()) if e) if node is not None else []
+    return found
 
 
-def _mail_leads(finding: Finding) -> None:
-    emails = sorted({u.email for u in _leads(finding.unit) if u.email})
-    if not emails:
-        return
+def _mail_opened(opened: list[Finding], paths: Mapping[int, str]) -> None:
+    """Each new finding to its unit's leads; a lead with more than DIGEST_OVER gets one list instead."""
+    emails = _lead_emails({f.unit_id for f in opened if f.unit_id})
+    per_person: dict[str, list[Finding]] = defaultdict(list)
+    for finding in opened:
+        for email in emails.get(finding.unit_id or 0, []):
+            per_person[email].append(finding)
+    for email, findings in sorted(per_person.items()):
+        if len(findings) <= DIGEST_OVER:
+            for finding in findings:
+                _mail_finding(finding, [email])
+            continue
+        lines = "\n".join(f"  - {paths.get(f.unit_id or 0, '')}: {f.summary}" for f in findings[:50])
+        more = f"\n  … and {len(findings) - 50} more" if len(findings) > 50 else ""
+        subject = f"[Allot] {len(findings)} new findings on units you lead"
+        text = (
+            f"{len(findings)} new findings on units you lead:\n\n{lines}{more}\n\nEach with its evidence: /findings/\n"
+        )
+        transaction.on_commit(partial(send_mail, subject, text, None, [email], fail_silently=True))
+
+
+def _mail_finding(finding: Finding, emails: list[str]) -> None:
     subject = f"[Allot] {finding.get_kind_display()}: {finding.summary}"[:200]
     cost = f"At stake: {finding.cost} {settings.ALLOT_CURRENCY}\n" if finding.cost is not None else ""
-    if finding.kind == "demand_above_guarantee":  # waiting, not spend
+    if finding.kind.startswith("budget_"):  # device-hours, not money
+        ev = finding.evidence
+        cost = f"Spent: {ev.get('spent_h')} of {ev.get('allowance_h')} device-hours this {ev.get('period')}\n"
+    elif finding.kind == "demand_above_guarantee":  # waiting, not spend
         queued = finding.evidence.get("queued_h")
         cost = f"Waiting: {queued} device-hours queued" + (
             f" (worth {finding.cost} {settings.ALLOT_CURRENCY} of devices at the flavor's price; not spend)\n"
@@ -534,6 +590,9 @@ def request_suggested_change(*, actor: Viewer, action: Mapping[str, Any], reason
     """A change request for a suggested quota change (a finding's or a review's): ``unit``,
     ``flavor`` and ``guarantee``, ``burst`` and/or ``lendable``. A smaller guarantee given alone brings a larger
     lendable part down with it (lendable ≤ guarantee). Approved through the usual flow."""
+    if action.get("kind") == "budget":  # a budget finding's: raise the budget
+        raise_to = BudgetChange(int(action["unit"]), int(action["flavor"]), device_hours=action["device_hours"])
+        return change_request_submit(actor=actor, reason=reason[:2000], changes=[raise_to])
     guarantee, lendable, burst = action.get("guarantee"), action.get("lendable"), action.get("burst")
     if guarantee is not None and lendable is None:
         current = Quota.objects.filter(unit_id=action["unit"], flavor_id=action["flavor"], resource=GPU).first()

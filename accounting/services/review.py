@@ -16,7 +16,11 @@ Tables, each with stable column names (``COLUMNS``; the README lists them):
   evidence, the items it needs, and the change request it became;
 * ``quota_changes`` — every quota change of the month from the audit trail: when, who, why, before → after;
 * ``findings`` — the findings open at any time in the month (opened earlier and still open included);
-* ``coverage`` — hours with and without telemetry per flavor, and where usage came from.
+* ``coverage`` — hours with and without telemetry per flavor, and where usage came from;
+* ``budgets`` — each GPU-hour budget of the subtree (accounting.services.budget_reports): its period,
+  allowance, spend to the month's end, what is left, the day it ran out and the days it was held, the
+  forecast while its period runs; with no budget in the subtree, a replay of one at 80 % of each
+  unit's guarantee-hours (``basis: replay``), to show what budgets would have done.
 
 The summary leads with the plan: what it changes, what it would have done to the month (backtest) and
 what it cannot fix; it names the days without telemetry and the fleet's cost beside the units'.
@@ -43,6 +47,7 @@ from django.utils import timezone
 
 from accounting.models import Finding, SourceRun, UsageHour
 from accounting.selectors import fairness_report, showback_period, showback_report, unit_flavor_usage
+from accounting.services.budget_reports import budget_month
 from accounting.services.findings import reclaims
 from accounting.services.plan import governance_plan
 from accounting.services.review_plan import fleet_cost, gap_days, plan_summary, recommendation_row
@@ -99,6 +104,20 @@ COLUMNS: dict[str, list[str]] = {
     "quota_changes": ["at", "actor", "unit_path", "what", "reason", "before", "after"],
     "findings": ["id", "kind", "unit_path", "flavor", "state", "opened_at", "closed_at", "cost", "summary"],
     "coverage": ["flavor", "hours_in_month", "hours_with_telemetry", "gap_hours", "sources"],
+    "budgets": [
+        "unit_path",
+        "flavor",
+        "basis",
+        "period",
+        "action",
+        "allowance_h",
+        "spent_h",
+        "remaining_h",
+        "percent",
+        "ran_out_on",
+        "held_days",
+        "forecast_exhaustion",
+    ],
 }
 
 
@@ -282,7 +301,18 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         "fleet_cost": fleet_cost(flavors, hours_in_month),
         **plan_summary(report),
     }
+    budgets = budget_month(unit, start, end)
+    ran_out = [b for b in budgets if b["ran_out_on"]]
+    summary["budgets"] = {
+        "basis": budgets[0]["basis"] if budgets else None,
+        "count": len(budgets),
+        "ran_out": [
+            {k: b[k] for k in ("unit_path", "flavor", "ran_out_on", "held_days", "allowance_h", "spent_h")}
+            for b in sorted(ran_out, key=lambda b: (b["ran_out_on"], b["unit_path"]))
+        ],
+    }
     tables = {
+        "budgets": budgets,
         "units": table_units,
         "recommendations": table_recs,
         "quota_changes": changes,
@@ -328,7 +358,7 @@ def write_csv(data: ReviewData, folder: Path) -> list[Path]:
 
 
 MONEY_COLUMNS = {"cost", "idle_cost", "lent_credit", "last_month_cost"}
-HOUR_COLUMNS = {c for c in COLUMNS["units"] if c.endswith("_h")}
+HOUR_COLUMNS = {c for table in ("units", "budgets") for c in COLUMNS[table] if c.endswith("_h")}
 
 
 def write_xlsx(data: ReviewData, path: Path) -> Path:

@@ -127,6 +127,28 @@ def held_seconds(
     return max(0, int((until - exhausted_at).total_seconds()))
 
 
+def run_out(allowance: float, daily: Mapping[date, float]) -> tuple[date | None, float]:
+    """The day cumulative spend (charged device-hours per UTC day) first reaches ``allowance``, and
+    the total; None when it never does."""
+    total, day_out = 0.0, None
+    for day in sorted(daily):
+        total += daily[day]
+        if day_out is None and allowance > 0 and total >= allowance:
+            day_out = day
+    return day_out, total
+
+
+def when_spent(budget: Budget) -> str:
+    """What a spent budget does, in words: "new P1, P2 work is held"."""
+    tiers = ", ".join(budget.tiers)
+    return {
+        BudgetAction.REPORT: "it is reported only",
+        BudgetAction.NO_BORROWING: "it may not borrow",
+        BudgetAction.HOLD: f"new {tiers} work is held",
+        BudgetAction.DENY: f"new {tiers} work is refused",
+    }[budget.action]
+
+
 def carried_over(budget: Budget, previous_spent: float | None) -> float:
     """Unused device-hours of the previous period it brings along (0 without a cap, or when it had
     not started then: ``previous_spent`` None)."""
@@ -170,26 +192,31 @@ def budget_status(
 
 
 def burn_down(
-    budget: Budget, *, allowance: float, daily: Mapping[date, float], rate_per_day: float, now: datetime
-) -> dict[str, list[tuple[date, float]]]:
-    """The burn-down chart's three lines, one point a day: ``budget`` (straight, allowance to 0 by
-    period end), ``actual`` (remaining at each day's end so far) and ``forecast`` (remaining from
-    today at the trailing rate, until 0 or period end)."""
+    budget: Budget, *, allowance: float, spent: float, daily: Mapping[date, float], rate_per_day: float, now: datetime
+) -> dict[str, list[tuple[datetime, float]]]:
+    """The burn-down chart's three lines of device-hours left: ``budget`` (straight, the allowance to 0
+    over the period), ``actual`` (at the end of each past day from ``daily``, then now: the evaluated
+    ``spent``) and ``forecast`` (from now at the trailing rate, straight to 0 when that falls before the
+    period ends — the same instant :func:`budget_status` gives — else to what is left at its end)."""
     start, end = period_bounds(budget.period, now)
-    days = (end - start).days
-    line = [(start.date() + timedelta(days=d), allowance * (1 - d / days)) for d in range(days + 1)]
-    actual, left = [(start.date(), allowance)], allowance
-    today = now.date()
-    day = start.date()
-    while day <= today and day < end.date():
-        left -= daily.get(day, 0.0)
+    actual, left = [(start, allowance)], allowance
+    day = start
+    while day + timedelta(days=1) <= now:
+        left -= daily.get(day.date(), 0.0)
         day += timedelta(days=1)
         actual.append((day, max(0.0, left)))
-    forecast = [actual[-1]]
-    while forecast[-1][1] > 0 and forecast[-1][0] < end.date() and rate_per_day > 0:
-        d, v = forecast[-1]
-        forecast.append((d + timedelta(days=1), max(0.0, v - rate_per_day)))
-    return {"budget": line, "actual": actual, "forecast": forecast if rate_per_day > 0 else []}
+    remaining = max(0.0, allowance - spent)
+    if now > actual[-1][0]:
+        actual.append((now, remaining))
+    forecast: list[tuple[datetime, float]] = []
+    if rate_per_day > 0 and remaining > 0 and now < end:
+        out = now + timedelta(days=remaining / rate_per_day)
+        forecast = [(now, remaining), (out, 0.0) if out < end else (end, remaining - rate_per_day * _days(now, end))]
+    return {"budget": [(start, allowance), (end, 0.0)], "actual": actual, "forecast": forecast}
+
+
+def _days(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds() / 86400
 
 
 # ----------------------------------------------------------------------------------------- checks

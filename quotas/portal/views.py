@@ -189,6 +189,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         "quotas/unit.html",
         {
             "usage": usage,
+            "budgets": _budgets(unit),
             "usage_days": usage_days,
             "usage_period": period,
             "fairshare": fairshare,
@@ -217,6 +218,12 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "requests": readable_requests(request.user).filter(unit=unit, status=ChangeRequestStatus.PENDING),
         },
     )
+
+
+def _budgets(unit: OrgUnit) -> list[dict[str, Any]]:
+    from accounting.budget_views import budget_panel
+
+    return budget_panel(unit)
 
 
 def _fairshare(unit: OrgUnit, clusters: set[Cluster]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from quotas.models import BudgetAction, BudgetSpend, Cluster, ClusterKind
 from quotas.policy import budgets as bud
 from quotas.policy.snapshot import OrgSnapshot
 
-from .budgets import budget_usage_reset
+from .budget_spend import budget_usage_reset
 
 
 def budget_notes(snapshot: OrgSnapshot, cluster: Cluster, at: datetime) -> list[str]:

@@ -1,6 +1,5 @@
-"""GPU-hour budgets: setting them (validated by quotas.policy.budgets, audited) and recording each
-evaluation of their spend (the accounting app measures it; the transitions — warned, spent, released —
-are audited, since they change what the clusters enforce)."""
+"""GPU-hour budgets: setting them (validated by quotas.policy.budgets, audited). Recording each
+evaluation of their spend is quotas.services.budget_spend."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from quotas.errors import InputError, StaleVersionError
-from quotas.models import Budget, BudgetSpend, OrgUnit, WorkloadTier
+from quotas.models import Budget, OrgUnit, WorkloadTier
 from quotas.policy import budgets as bud
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import BUDGET_FIELDS as FIELDS
@@ -173,10 +172,7 @@ def budget_set_bulk(*, actor: Actor, reason: str, changes: Sequence[BudgetChange
         raise InputError("changes", "no budget changes given", "send at least one budget")
     if len({(c.unit_id, c.flavor_id) for c in changes}) != len(changes):
         raise InputError("changes", "the same unit and flavor appears twice", "send each budget once")
-    keys = flavor_keys()
-    for change in changes:
-        if change.flavor_id not in keys:
-            raise InputError("flavor", f"flavor #{change.flavor_id} does not exist", "pick an existing flavor")
+    keys = _flavors(changes)
     parents = dict(
         OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True).values_list(
             "id", "parent_id"
@@ -184,7 +180,6 @@ def budget_set_bulk(*, actor: Actor, reason: str, changes: Sequence[BudgetChange
     )
     lock_units(set(parents) | {p for p in parents.values() if p})
     rows = {(b.unit_id, b.flavor_id): b for b in Budget.objects.filter(_rows_q(changes)).select_for_update()}
-    plan, edits = [], {}
     for change in changes:
         row = rows.get((change.unit_id, change.flavor_id))
         if change.expected_version is not None and change.expected_version != (row.version if row else 0):
@@ -193,9 +188,7 @@ def budget_set_bulk(*, actor: Actor, reason: str, changes: Sequence[BudgetChange
                 change.expected_version,
                 _row_dict(row) if row else {"version": 0},
             )
-        values = _values(change, row)
-        plan.append((change, row, values))
-        edits[(change.unit_id, keys[change.flavor_id])] = budget_core(change.unit_id, keys[change.flavor_id], values)
+    plan, edits = _plan(changes, rows, keys)
     violations = _check(edits, timezone.now())
     if violations:
         raise PolicyViolationError(violations)
@@ -230,6 +223,48 @@ def budget_set_bulk(*, actor: Actor, reason: str, changes: Sequence[BudgetChange
         )
     audit_write(events)
     return written
+
+
+def _flavors(changes: Sequence[BudgetChange]) -> dict[int, str]:
+    keys = flavor_keys()
+    for change in changes:
+        if change.flavor_id not in keys:
+            raise InputError("flavor", f"flavor #{change.flavor_id} does not exist", "pick an existing flavor")
+    return keys
+
+
+def _plan(
+    changes: Sequence[BudgetChange], rows: Mapping[tuple[int, int], Budget], keys: Mapping[int, str]
+) -> tuple[list[tuple[BudgetChange, Budget | None, dict[str, Any]]], dict[bud.BudgetKey, bud.Budget]]:
+    """Each change's parsed values (InputError naming the first bad field) and the budgets as edited."""
+    plan, edits = [], {}
+    for change in changes:
+        row = rows.get((change.unit_id, change.flavor_id))
+        values = _values(change, row)
+        plan.append((change, row, values))
+        edits[(change.unit_id, keys[change.flavor_id])] = budget_core(change.unit_id, keys[change.flavor_id], values)
+    return plan, edits
+
+
+def budget_proposal(changes: Sequence[BudgetChange]) -> tuple[list[BudgetChange], list[bud.Violation]]:
+    """``changes`` as they would be set now — every field parsed (InputError naming the first bad
+    one), with the version each is based on — and what setting them would break. Writes nothing:
+    change requests record the first and show the second."""
+    keys = _flavors(changes)
+    rows = {(b.unit_id, b.flavor_id): b for b in Budget.objects.filter(_rows_q(changes))}
+    plan, edits = _plan(changes, rows, keys)
+    full = [
+        BudgetChange(
+            change.unit_id,
+            change.flavor_id,
+            **{**values, "oversubscription": str(values["oversubscription"])},
+            expected_version=change.expected_version
+            if change.expected_version is not None
+            else (row.version if row else 0),
+        )
+        for change, row, values in plan
+    ]
+    return full, _check(edits, timezone.now())
 
 
 def budget_set(*, actor: Actor, reason: str, change: BudgetChange) -> Budget:
@@ -281,124 +316,3 @@ def _may_set(actor: Actor, units: Iterable[OrgUnit], verb: str) -> None:
                 f"you may not {verb} {unit.path}'s budget directly: ask for it with a change request "
                 f"(a lead of a unit above it, or a platform admin, decides)"
             )
-
-
-# ------------------------------------------------------------------------------------- evaluation
-
-
-@dataclass(frozen=True)
-class SpendRecord:
-    """One budget's evaluated period, as the accounting app measured it."""
-
-    budget_id: int
-    period_start: datetime
-    period_end: datetime
-    allowance: float
-    carried: float
-    spent: float
-    rate_per_day: float
-    by_unit: dict[str, list[float]]
-    warn: bool
-
-
-@transaction.atomic
-def budget_spend_record(*, records: Sequence[SpendRecord], now: datetime) -> dict[str, int]:
-    """Store each budget's evaluated period (one row a budget and period, updated in place) and audit
-    the transitions: ``budget_exhausted`` when spend reaches the allowance, ``budget_released`` when a
-    spent budget is back under it (raised, or a new period), ``budget_warned`` when it passes its warn
-    threshold (the webhook's warnings follow the audit revision). Hourly spend alone is not audited:
-    it is derived data, rebuilt from the rollups."""
-    # one evaluation at a time per budget (two workers may run it at once): the second waits, then
-    # sees the first one's rows and transitions, so none is created or audited twice
-    list(Budget.objects.select_for_update().filter(pk__in={r.budget_id for r in records}).order_by("pk").values("pk"))
-    existing = {
-        (s.budget_id, s.period_start): s
-        for s in BudgetSpend.objects.filter(
-            budget_id__in={r.budget_id for r in records}, period_start__in={r.period_start for r in records}
-        )
-    }
-    budgets = {
-        b.pk: b
-        for b in Budget.objects.select_related("unit", "flavor__cluster").filter(pk__in={r.budget_id for r in records})
-    }
-    held_before = {
-        s.budget_id: s
-        for s in BudgetSpend.objects.filter(
-            budget_id__in={r.budget_id for r in records if (r.budget_id, r.period_start) not in existing},
-            exhausted_at__isnull=False,
-            released_at__isnull=True,
-        )
-    }
-    create, update, events = [], [], []
-    counts = {"exhausted": 0, "released": 0, "warned": 0}
-    for record in records:
-        row = existing.get((record.budget_id, record.period_start))
-        if row is None:
-            row = BudgetSpend(budget_id=record.budget_id, period_start=record.period_start)
-            create.append(row)
-            last = held_before.get(record.budget_id)
-            if last is not None:  # a new period frees what the last one held
-                last.released_at = record.period_start
-                update.append(last)
-                counts["released"] += 1
-                events.append(_transition(budgets[record.budget_id], "budget_released", record, now, "a new period"))
-        else:
-            update.append(row)
-        row.period_end, row.allowance, row.carried = record.period_end, record.allowance, record.carried
-        row.spent, row.rate_per_day, row.by_unit, row.evaluated_at = (
-            record.spent,
-            record.rate_per_day,
-            record.by_unit,
-            now,
-        )
-        budget = budgets[record.budget_id]
-        if record.warn and row.warned_at is None:
-            row.warned_at = now
-            counts["warned"] += 1
-            events.append(_transition(budget, "budget_warned", record, now))
-        spent_now = record.spent >= record.allowance
-        was_spent = row.exhausted_at is not None and row.released_at is None
-        if spent_now and not was_spent:
-            row.exhausted_at, row.released_at = now, None
-            counts["exhausted"] += 1
-            events.append(_transition(budget, "budget_exhausted", record, now))
-        elif was_spent and not spent_now:
-            row.released_at = now
-            counts["released"] += 1
-            events.append(_transition(budget, "budget_released", record, now))
-    BudgetSpend.objects.bulk_create(create)
-    BudgetSpend.objects.bulk_update(
-        update,
-        ["period_end", "allowance", "carried", "spent", "rate_per_day", "by_unit", "evaluated_at", "warned_at",
-         "exhausted_at", "released_at"],
-    )  # fmt: skip
-    audit_write(events)
-    return counts
-
-
-def _transition(budget: Budget, action: str, record: SpendRecord, now: datetime, why: str = "") -> Any:
-    path, key = budget.unit.path, budget.flavor.key
-    words = {"budget_exhausted": "spent", "budget_warned": f"passed {budget.warn_percent} % of"}
-    word = words.get(action, "is back under")
-    if why:
-        word = f"is back under ({why})"
-    return audit_event(
-        actor=None,
-        action=action,
-        obj_type="budget",
-        obj_id=budget.pk,
-        obj_repr=f"{path} {key} budget",
-        before=None,
-        after={"spent": round(record.spent, 1), "allowance": round(record.allowance, 1), "action": budget.action},
-        reason=f"{path} {word} its {budget.period} budget on {key}: {record.spent:,.0f} of "
-        f"{record.allowance:,.0f} device-hours ({budget.get_action_display().split(':')[0].lower()})",
-        unit_path=path,
-    )
-
-
-def budget_usage_reset(*, budget_ids: Sequence[int], at: datetime) -> int:
-    """Record that Slurm's usage of these budgets' QOS was zeroed at ``at`` (the sync did it): their
-    per-QOS counts start again from there."""
-    return BudgetSpend.objects.filter(budget_id__in=budget_ids, period_start__lte=at, period_end__gt=at).update(
-        reset_at=at, by_unit={}
-    )

@@ -1,8 +1,10 @@
 """Change requests: asking for more than your envelope, and deciding on it.
 
-Approval applies the request through :func:`quota_set_bulk` with the versions the requester saw, so
-it is re-validated at that moment: a request made stale by other changes (a quota edited meanwhile,
-or an invariant that no longer holds) is refused with the explanation, and nothing of it is applied.
+A request holds quota items and GPU-hour budget items (``"kind": "budget"``; quotas.services.budgets).
+Approval applies them through :func:`quota_set_bulk` and :func:`budget_set_bulk` in one transaction,
+with the versions the requester saw, so it is re-validated at that moment: a request made stale by
+other changes (a quota or budget edited meanwhile, or an invariant that no longer holds) is refused
+with the explanation, and nothing of it is applied.
 Mail goes out after commit: to the approvers on submit, to requester and approver on a decision.
 """
 
@@ -28,15 +30,19 @@ from quotas.access import (
     signed_in,
 )
 from quotas.errors import InputError, StaleVersionError, clean_text
-from quotas.models import ChangeRequest, ChangeRequestStatus, OrgUnit, Quota, ResourceFlavor
+from quotas.models import Budget, ChangeRequest, ChangeRequestStatus, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.policy.violations import PolicyViolationError, Violation
 from quotas.selectors import flavor_keys, neighbourhood_snapshot
 
 from .audit import audit_event, audit_write, require_reason
+from .budgets import BudgetChange, budget_proposal, budget_set_bulk
 from .locks import lock_units
 from .quota import QuotaChange, proposed_quota, quota_set_bulk
+
+Item = QuotaChange | BudgetChange
+BUDGET_SHOWN = ("device_hours", "period", "action", "tiers", "warn_percent", "carry_over_cap", "oversubscription")
 
 WORDS = {Resource.GPU: "GPUs", Resource.CPU: "CPU cores", Resource.MEMORY: "memory"}
 
@@ -47,17 +53,30 @@ class RequestLine:
 
     unit_path: str
     flavor: str
-    resource: Resource
+    resource: Resource | None
+    """None: a GPU-hour budget."""
     fields: tuple[tuple[str, str, str], ...]
     """(field, now, asked) for each field the item changes; quantities as people write them."""
 
+    @property
+    def what(self) -> str:
+        return self.resource.value if self.resource else "GPU-hour budget"
+
     def sentence(self) -> str:
         what = "; ".join(f"{name} {now} → {asked}" for name, now, asked in self.fields) or "no change"
-        return f"{self.unit_path}, {self.flavor} {WORDS[self.resource]}: {what}"
+        return f"{self.unit_path}, {self.flavor} {WORDS[self.resource] if self.resource else 'budget'}: {what}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(value) or "none"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def request_lines(request: ChangeRequest) -> list[RequestLine]:
-    """Every item of ``request``, current → proposed (current as the quota is now)."""
+    """Every item of ``request``, current → proposed (current as the quota or budget is now)."""
     ids = {int(c["unit"]) for c in request.changes}
     paths = dict(OrgUnit.objects.filter(pk__in=ids).values_list("pk", "path"))
     flavors = {
@@ -65,8 +84,17 @@ def request_lines(request: ChangeRequest) -> list[RequestLine]:
         for f in ResourceFlavor.objects.select_related("cluster").filter(pk__in={c["flavor"] for c in request.changes})
     }
     current = {(q.unit_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(unit_id__in=ids)}
+    budgets = {(b.unit_id, b.flavor_id): b for b in Budget.objects.filter(unit_id__in=ids)}
     lines = []
     for c in request.changes:
+        path, flavor = paths.get(c["unit"], f"unit #{c['unit']}"), flavors.get(c["flavor"], "?")
+        if c.get("kind") == "budget":
+            now = budgets.get((c["unit"], c["flavor"]))
+            pairs = [(n, _shown(getattr(now, n) if now else None), _shown(c[n])) for n in BUDGET_SHOWN]
+            if now is not None:
+                pairs = [(n, old, new) for n, old, new in pairs if old != new]
+            lines.append(RequestLine(path, flavor, None, tuple(pairs)))
+            continue
         resource = Resource(c["resource"])
         row = current.get((c["unit"], c["flavor"], resource.value))
         fields = tuple(
@@ -74,19 +102,28 @@ def request_lines(request: ChangeRequest) -> list[RequestLine]:
             for name in ("guarantee", "burst", "lendable")
             if c[name] is not None
         )
-        lines.append(
-            RequestLine(paths.get(c["unit"], f"unit #{c['unit']}"), flavors.get(c["flavor"], "?"), resource, fields)
-        )
-    return sorted(lines, key=lambda line: (line.unit_path, line.flavor, line.resource.value))
+        lines.append(RequestLine(path, flavor, resource, fields))
+    return sorted(lines, key=lambda line: (line.unit_path, line.flavor, line.what))
 
 
 def request_violations(request: ChangeRequest) -> list[Violation]:
     """What applying ``request`` now would break (the checks approval runs), for its page and mail."""
-    changes = [_as_change(c) for c in request.changes]
-    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
-    if len(units) != len({c.unit_id for c in changes}):
+    items = [_as_change(c) for c in request.changes]
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in items}, archived_at__isnull=True)}
+    if len(units) != len({c.unit_id for c in items}):
         return []  # a unit was archived: approval refuses it with that reason
-    return _violations(changes, units, _current(units))
+    quotas, budgets = _split(items)
+    found = _violations(quotas, units, _current(units)) if quotas else []
+    if budgets:
+        try:
+            found += budget_proposal(budgets)[1]
+        except InputError:
+            return found  # approval refuses it with the field and its fix
+    return found
+
+
+def _split(items: Sequence[Item]) -> tuple[list[QuotaChange], list[BudgetChange]]:
+    return [c for c in items if isinstance(c, QuotaChange)], [c for c in items if isinstance(c, BudgetChange)]
 
 
 def _current(units: dict[int, OrgUnit]) -> dict[tuple[int, int, str], Quota]:
@@ -113,7 +150,17 @@ def portal_link(path: str) -> str:
     return f"{settings.ALLOT_PORTAL_URL.rstrip('/')}{path}"
 
 
-def _as_dict(change: QuotaChange) -> dict[str, Any]:
+def _as_dict(change: Item) -> dict[str, Any]:
+    if isinstance(change, BudgetChange):
+        starts = change.starts_on
+        return {
+            "kind": "budget",
+            "unit": change.unit_id,
+            "flavor": change.flavor_id,
+            **{name: getattr(change, name) for name in BUDGET_SHOWN},
+            "starts_on": starts.isoformat() if hasattr(starts, "isoformat") else starts,
+            "version": change.expected_version,
+        }
     return {
         "unit": change.unit_id,
         "flavor": change.flavor_id,
@@ -125,7 +172,10 @@ def _as_dict(change: QuotaChange) -> dict[str, Any]:
     }
 
 
-def _as_change(data: dict[str, Any]) -> QuotaChange:
+def _as_change(data: dict[str, Any]) -> Item:
+    if data.get("kind") == "budget":
+        fields = {name: data[name] for name in (*BUDGET_SHOWN, "starts_on")}
+        return BudgetChange(data["unit"], data["flavor"], **fields, expected_version=data["version"])
     return QuotaChange(
         data["unit"],
         data["flavor"],
@@ -138,8 +188,9 @@ def _as_change(data: dict[str, Any]) -> QuotaChange:
 
 
 @transaction.atomic
-def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[QuotaChange]) -> ChangeRequest:
-    """Record a request for ``changes`` (with the versions they were based on) and tell approvers.
+def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Item]) -> ChangeRequest:
+    """Record a request for ``changes`` — quotas and GPU-hour budgets — (with the versions they were
+    based on; a budget item with every field as it would be set) and tell approvers.
 
     Raises NotAllowedError when the actor leads none of the units; InputError without a reason or
     changes; PolicyViolationError when the changes break an invariant even now (the request could
@@ -154,12 +205,12 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
         raise InputError("changes", "no quota changes given", "send at least one change")
     seen: set[tuple[int, int, str]] = set()
     for change in changes:  # two items for one quota could never be approved as one change
-        key = (change.unit_id, change.flavor_id, str(change.resource))
+        key = (change.unit_id, change.flavor_id, str(getattr(change, "resource", "budget")))
         if key in seen:
             raise InputError(
                 "changes",
-                "the same unit, flavor and resource appears twice",
-                "send each quota once, with its new values",
+                "the same unit, flavor and resource (or budget) appears twice",
+                "send each quota or budget once, with its new values",
             )
         seen.add(key)
     units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}, archived_at__isnull=True)}
@@ -173,12 +224,17 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Quota
     # may approve it (quotas/access.py)
     top = common_unit(units.values()) or min(units.values(), key=lambda u: u.depth)
     current = _current(units)
-    based: list[QuotaChange] = []
-    for c in changes:
+    quotas, budgets = _split(changes)
+    based: list[Item] = []
+    for c in quotas:
         row = current.get((c.unit_id, c.flavor_id, c.resource.value))
         version = c.expected_version if c.expected_version is not None else (row.version if row else 0)
         based.append(QuotaChange(c.unit_id, c.flavor_id, c.resource, c.guarantee, c.burst, c.lendable, version))
-    problems = _violations(changes, units, current)
+    problems = _violations(quotas, units, current) if quotas else []
+    if budgets:
+        full, broken = budget_proposal(budgets)
+        based += full
+        problems += broken
     if problems:
         raise PolicyViolationError(problems)
     lock_units([top.pk])  # two identical submissions at once: the second sees the first
@@ -228,10 +284,16 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
     actor = signed_in(actor)
     comment = clean_text("comment", comment, required=False)
     request = _locked_pending(request, actor)
-    changes = [_as_change(c) for c in request.changes]
+    quotas, budgets = _split([_as_change(c) for c in request.changes])
+    why = f"change request #{request.pk}: {request.reason}"
     try:
         with transaction.atomic():
-            quota_set_bulk(actor=actor, reason=f"change request #{request.pk}: {request.reason}", changes=changes)
+            if quotas:
+                quota_set_bulk(actor=actor, reason=why, changes=quotas)
+            if budgets:
+                budget_set_bulk(actor=actor, reason=why, changes=budgets)
+    except InputError as exc:  # a budget item no longer parses (a tier was removed meanwhile)
+        _decide(request, actor, ChangeRequestStatus.STALE, comment, {"detail": f"{exc}. Make a new request."})
     except StaleVersionError as exc:
         _decide(
             request,

@@ -50,6 +50,7 @@ def test_the_real_month_through_allots_rollups_gives_the_published_figures(month
     the_detectors_report_what_the_trace_shows()
     the_plan_is_feasible_reproduces_the_month_and_shortens_the_queue(admin_client)
     the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back(admin_client)
+    budgets_at_80_percent_of_the_guarantee_hours_run_out_on_the_28th()
 
 
 def every_teams_month_matches(month):
@@ -221,7 +222,9 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
         rows = list(csv.DictReader(f))
     assert {r["unit_path"]: float(r["allocated_h"]) for r in rows} == pytest.approx(allocated, abs=0.01)
     book = load_workbook(next(p for p in written if p.suffix == ".xlsx"))
-    assert book.sheetnames == ["summary", "units", "recommendations", "quota_changes", "findings", "coverage"]
+    assert book.sheetnames == [
+        "summary", "units", "recommendations", "quota_changes", "findings", "coverage", "budgets",
+    ]  # fmt: skip
     sheet = book["units"]
     assert sheet.freeze_panes == "A2" and len(sheet._charts) == 1
     header = [c.value for c in sheet[1]]
@@ -235,9 +238,42 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
     assert "vcira" in text and "guarantee 24 → 12" in text
     assert "45672 → 5074" in text and "days without telemetry: 2020-05-10" in text  # the plan, backtested
     assert "What the plan cannot fix" in text and "the fleet's cost" in text and "764236.80" in text
+    assert "4 of 17 would have run out: acme/earth/vc6ye (helios-earth/v100) on 2020-05-28, held 3 days" in text
     shots = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         ["pdftoppm", "-png", "-r", "60", "-f", "1", "-l", "1", str(pdf), str(shots / "review-page")], check=True
     )
     assert any(shots.glob("review-page*.png"))
+
+
+RAN_OUT = {"vc6ye": "2020-05-28", "vcljz": "2020-05-28", "vcpdc": "2020-05-28", "vcgkz": "2020-05-28"}
+"""With a monthly budget of 80 % of its guarantee-hours, the teams that would have run out, and when: the
+four that held most of their guarantee (93-94 % mean allocation, PUBLISHED) run out three days early."""
+
+
+def budgets_at_80_percent_of_the_guarantee_hours_run_out_on_the_28th():
+    """The review's budget replay against a recomputation from the same rollups, hour by hour."""
+    from collections import defaultdict
+
+    from accounting.services.budget_reports import budget_month
+    from quotas.models import OrgUnit
+
+    earth = OrgUnit.objects.get(path="acme/earth")
+    rows = budget_month(earth, datetime(2020, 5, 1, tzinfo=UTC), datetime(2020, 6, 1, tzinfo=UTC))
+    teams = {r["unit_path"].rsplit("/", 1)[-1]: r for r in rows if r["unit_path"] != "acme/earth"}
+    assert set(teams) == {t.lower() for t in PUBLISHED} and {r["basis"] for r in rows} == {"replay"}
+    spent: dict[str, float] = defaultdict(float)
+    crossed: dict[str, str] = {}
+    hours = UsageHour.objects.filter(unit__path__startswith="acme/earth/").order_by("hour")
+    for unit, hour, within, borrowed in hours.values_list("unit__slug", "hour", "within", "borrowed"):
+        spent[unit] += within + 0.5 * borrowed
+        allowance = 0.8 * PUBLISHED[next(t for t in PUBLISHED if t.lower() == unit)][0] * 744
+        if unit not in crossed and spent[unit] >= allowance:
+            crossed[unit] = hour.date().isoformat()
+    assert crossed == RAN_OUT
+    assert {t: r["ran_out_on"] for t, r in teams.items() if r["ran_out_on"]} == RAN_OUT
+    for team, row in teams.items():
+        assert row["spent_h"] == pytest.approx(spent[team], abs=0.1)
+        assert row["spent_h"] == pytest.approx(PUBLISHED[next(t for t in PUBLISHED if t.lower() == team)][1], abs=1)
+        assert row["held_days"] == (3 if team in RAN_OUT else 0)  # 29, 30 and 31 May

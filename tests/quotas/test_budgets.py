@@ -126,7 +126,12 @@ def test_spend_is_the_subtrees_hours_with_borrowed_at_half_and_running_out_is_au
     budgets_evaluate(now=NOW)
     (view,) = budget_views(now=NOW)
     assert view.status.spent == pytest.approx(222) and view.status.level.value == "spent"
-    assert view.status.rate_per_day == pytest.approx(24.0)  # 72 device-hours over the trailing 3 days
+    # 72 device-hours in the trailing 3 days, whose only hours with telemetry are the last 24: 72 a day
+    assert view.status.rate_per_day == pytest.approx(72.0)
+    _hours(tiers.vision, tiers.flavor, NOW - timedelta(hours=72), 48, within=0)  # the flavor reported, idle
+    budgets_evaluate(now=NOW)
+    (view,) = budget_views(now=NOW)
+    assert view.status.rate_per_day == pytest.approx(24.0)  # 72 over 72 hours with telemetry
     event = AuditEvent.objects.get(action="budget_exhausted")
     assert "acme/research/nlp spent its month budget on west/a100: 222 of 200 device-hours" in event.reason
     spend = BudgetSpend.objects.get()
@@ -208,6 +213,27 @@ def test_the_api_sets_lists_and_removes_budgets_and_names_bad_fields(tiers, clie
     gone = client.delete(f"/api/v1/budgets/{data['id']}/", {"reason": "not needed"}, content_type="application/json")
     assert gone.status_code == 204
     assert AuditEvent.objects.filter(action="budget_delete").count() == 1
+
+
+def test_a_lead_asks_for_their_own_units_budget_through_the_api(tiers, client):
+    from django.contrib.auth.models import User
+
+    from quotas.models import Budget, ChangeRequest
+
+    lead = User.objects.create_user("lead-nlp")
+    tiers.nlp.leads.add(lead)
+    client.force_login(lead)
+    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "reason": "q2 plan"}
+    refused = client.post("/api/v1/budgets/", body, content_type="application/json")
+    assert refused.status_code == 403 and "change request" in refused.content.decode()
+    asked = client.post("/api/v1/budgets/", {**body, "request": True}, content_type="application/json")
+    assert asked.status_code == 202, asked.content
+    request = ChangeRequest.objects.get(pk=asked.json()["change_request"])
+    (item,) = request.changes
+    assert item["kind"] == "budget" and item["device_hours"] == 800 and item["version"] == 0
+    assert not Budget.objects.exists()
+    services.change_request_approve(actor=tiers.admin, request=request)
+    assert Budget.objects.get().device_hours == 800
 
 
 @pytest.mark.postgres

@@ -152,11 +152,15 @@ def test_status_levels_and_forecast():
 def test_burn_down_lines_meet_their_ends():
     budget = b(2, 310)
     daily = {date(2026, 5, d): 20.0 for d in range(1, 11)}
-    lines = burn_down(budget, allowance=310, daily=daily, rate_per_day=20, now=NOW)
-    assert lines["budget"][0] == (date(2026, 5, 1), 310) and lines["budget"][-1] == (date(2026, 6, 1), 0)
-    assert lines["actual"][-1] == (date(2026, 5, 11), 110)
-    assert lines["forecast"][0] == lines["actual"][-1]
-    assert lines["forecast"][-1] == (date(2026, 5, 17), 0)  # 110 at 20 a day: gone during the 16th
+    lines = burn_down(budget, allowance=310, spent=210, daily=daily, rate_per_day=20, now=NOW)
+    start, end = datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 6, 1, tzinfo=UTC)
+    assert lines["budget"] == [(start, 310), (end, 0)]
+    assert lines["actual"][9] == (datetime(2026, 5, 10, tzinfo=UTC), 130)  # nine whole days at 20
+    assert lines["actual"][-1] == (NOW, 100) == lines["forecast"][0]  # now: the evaluated spend
+    status = budget_status(budget, allowance=310, spent=210, rate_per_day=20, now=NOW)
+    assert lines["forecast"][-1] == (status.exhausts_at, 0) == (datetime(2026, 5, 15, 12, tzinfo=UTC), 0)
+    slow = burn_down(budget, allowance=310, spent=210, daily=daily, rate_per_day=2, now=NOW)
+    assert slow["forecast"][-1] == (end, pytest.approx(100 - 2 * 21.5))  # left at the period's end
 
 
 def test_in_force_only_this_periods_spent_enforcing_budgets():
