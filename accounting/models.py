@@ -315,3 +315,44 @@ class ReviewFile(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class FragmentationSample(models.Model):
+    """Each hour, per flavor of a cluster: its nodes' free GPUs, how many of them the pending work's
+    per-node shapes could use, and the index (accounting.policy.fragmentation)."""
+
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(help_text="The hour sampled (UTC).")
+    nodes = models.PositiveIntegerField()
+    total = models.PositiveIntegerField(help_text="GPUs on the nodes.")
+    used = models.PositiveIntegerField()
+    free = models.PositiveIntegerField(help_text="On nodes that can start work.")
+    usable = models.PositiveIntegerField(help_text="Of the free, what the pending per-node shapes could take.")
+    index = models.FloatField(help_text="1 - usable / free (0 when nothing is free).")
+    largest_block = models.PositiveIntegerField(help_text="Most free GPUs on one node.")
+    whole_free_nodes = models.PositiveIntegerField()
+    pending_gpus = models.PositiveIntegerField()
+    waiting = models.JSONField(default=list, help_text="Pending workloads that did not fit, largest first.")
+    blocks = models.JSONField(default=dict, help_text="Free GPUs per node -> nodes with that many.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["flavor", "at"], name="fragmentation_once_an_hour")]
+        ordering = ["-at"]
+
+
+class MemoryHour(models.Model):
+    """A workload's peak device memory in an hour (DCGM framebuffer used, MiB) and the GPUs it held:
+    what the over-specification finding compares with each flavor's device memory."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="+")
+    workload = models.CharField(max_length=253, help_text="namespace/pod, or 'job <id>' on Slurm.")
+    hour = models.DateTimeField()
+    peak_mib = models.FloatField()
+    devices = models.PositiveSmallIntegerField()
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "workload", "hour"], name="memory_once_an_hour")]
+        indexes = [models.Index(fields=["flavor", "hour"])]

@@ -91,6 +91,15 @@ def evaluate_budgets() -> dict[str, object]:
     return {**counts, "findings": budget_findings_detect()}
 
 
+@shared_task(name="accounting.tasks.sample_fragmentation")
+def sample_fragmentation() -> dict[str, object]:
+    """From beat, hourly: every reachable cluster's node inventory against its pending work (the
+    fragmentation index per flavor); a cluster that does not answer is reported, not retried."""
+    from accounting.services.fragmentation import fragmentation_sample_all
+
+    return fragmentation_sample_all()
+
+
 @shared_task(name="accounting.tasks.detect_findings")
 def detect_findings() -> dict[str, object]:
     """From beat: run the detectors over the windows ending now and reconcile the findings."""

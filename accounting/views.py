@@ -94,7 +94,8 @@ def findings_page(request: HttpRequest) -> HttpResponse:
         rows = rows.filter(state=state)
     findings = list(rows.order_by(F("cost").desc(nulls_last=True), "-opened_at")[:500])
     for f in findings:
-        f.chart = evidence_chart(f.evidence.get("daily") or [], f.evidence.get("guarantee"))  # type: ignore[attr-defined]
+        line = f.evidence.get("guarantee", f.evidence.get("norm_devices"))  # an anomaly's line: the unit's norm
+        f.chart = evidence_chart(f.evidence.get("daily") or [], line)  # type: ignore[attr-defined]
 
     def mine(f: Finding) -> bool:
         path = f.unit.path if f.unit else ""
@@ -157,6 +158,24 @@ def fairness_page(request: HttpRequest) -> HttpResponse:
             context["groups"] = sorted(groups.items())
             context["job_records"] = report["job_records"]
     return render(request, "accounting/fairness.html", context)
+
+
+@login_required
+def pools_page(request: HttpRequest) -> HttpResponse:
+    """The pool table: per flavor, allocated, active and pending against capacity, beside the month
+    before, fleet-wide or for one unit's subtree."""
+    from accounting.pools import pool_report
+
+    months = usage_months()
+    month = request.GET.get("month") or (months[0] if months else "")
+    within = request.GET.get("within", "")
+    context: dict[str, object] = {"months": months, "month": month, "within": within, "report": None, "error": ""}
+    if month:
+        try:
+            context["report"] = pool_report(month, within)
+        except ValueError as exc:
+            context["error"] = f"{exc}."
+    return render(request, "accounting/pools.html", context)
 
 
 @login_required

@@ -37,6 +37,7 @@ app.conf.beat_schedule = {
         "schedule": float(env_int("ALLOT_USAGE_DCGM_SECONDS", 900)),
     },
     "usage-rollup": {"task": "accounting.tasks.rollup_recent", "schedule": 3600.0},
+    "fragmentation-sample": {"task": "accounting.tasks.sample_fragmentation", "schedule": 3600.0},
     "reviews-monthly": {  # last month's governance review of every organisation and department, on the 1st
         "task": "accounting.tasks.build_reviews",
         "schedule": crontab(minute=0, hour=3, day_of_month=1),

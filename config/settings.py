@@ -288,6 +288,8 @@ ALLOT_USAGE_ROLLUP_WORKERS = env_int("ALLOT_USAGE_ROLLUP_WORKERS", 2)
 ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC")  # the zone sacct prints its times in
 ALLOT_METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "")  # what Prometheus sends to GET /metrics/usage
 ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct")  # the sacct binary (a path, where it is not on PATH)
+ALLOT_SLURM_SCONTROL = env_str("ALLOT_SLURM_SCONTROL", "scontrol")  # node inventory (the fragmentation index)
+ALLOT_SLURM_SQUEUE = env_str("ALLOT_SLURM_SQUEUE", "squeue")  # pending jobs' GPU shapes
 # ALLOT_USAGE_SLURM_SECONDS (default 300) sets how often beat ingests sacct, in config/celery.py.
 # ALLOT_USAGE_KUEUE_RESYNC_SECONDS (default 900) sets how often beat lists every Kueue Workload, likewise.
 # DCGM through Prometheus: which Prometheus holds each cluster's dcgm-exporter series ("cluster=url" pairs)
@@ -295,6 +297,8 @@ ALLOT_DCGM_PROMETHEUS = dict(pair.split("=", 1) for pair in env_list("ALLOT_DCGM
 if len(ALLOT_DCGM_PROMETHEUS) != len(env_list("ALLOT_DCGM_PROMETHEUS", [])):
     raise ImproperlyConfigured("ALLOT_DCGM_PROMETHEUS: give cluster=url pairs, e.g. k8s-west=http://prometheus:9090")
 ALLOT_DCGM_METRICS = env_list("ALLOT_DCGM_METRICS", ["DCGM_FI_PROF_GR_ENGINE_ACTIVE:1", "DCGM_FI_DEV_GPU_UTIL:0.01"])
+# device memory in use (MiB), in preference order: dcgm-exporter 2.x+ and 1.x names (accounting.policy.dcgm MEMORY_DOC)
+ALLOT_DCGM_MEMORY_METRICS = env_list("ALLOT_DCGM_MEMORY_METRICS", ["DCGM_FI_DEV_FB_USED", "dcgm_fb_used"])
 ALLOT_PROGRESS_METRIC = env_str("ALLOT_PROGRESS_METRIC", "allot_progress_steps_total")  # workloads' step counter
 ALLOT_PROGRESS_RATE_METRIC = env_str("ALLOT_PROGRESS_RATE_METRIC", "allot_progress_fault_free_steps_per_second")
 ALLOT_DCGM_SCRAPE_SECONDS = env_int("ALLOT_DCGM_SCRAPE_SECONDS", 30)  # the exporter's scrape interval

@@ -26,6 +26,7 @@ urlpatterns = [
     path("showback/", accounting_views.showback_page, name="showback"),
     path("findings/", accounting_views.findings_page, name="findings"),
     path("fairness/", accounting_views.fairness_page, name="fairness"),
+    path("pools/", accounting_views.pools_page, name="pools"),
     path("reviews/", accounting_views.reviews_page, name="reviews"),
     path("reviews/<int:review_id>/", accounting_views.review_page, name="review"),
     path("reviews/<int:review_id>/files/<path:name>", accounting_views.review_file, name="review-file"),

@@ -54,6 +54,8 @@ class FakeKueueServer:
         self.namespaces = namespaces
         self.token = token
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.core: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
+        """Nodes and Pods the core API lists (tests put them here)."""
         self.requests: list[tuple[str, str]] = []
         self.version = 700
         self.lock = threading.Lock()
@@ -116,6 +118,8 @@ class FakeKueueServer:
             return 401, status(401, "Unauthorized", "Unauthorized")
         url = urlparse(raw_path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path in ("/api/v1/nodes", "/api/v1/pods") and method == "GET":
+            return 200, self._core_list(url.path.rsplit("/", 1)[-1], query)
         parts = url.path.removeprefix(PREFIX).strip("/").split("/")
         namespace = ""
         if parts[0] == "namespaces":
@@ -136,6 +140,23 @@ class FakeKueueServer:
             self.version += 1
             return 200, self.objects.pop(key)
         return self._apply(kind, key, body, query)
+
+    def _core_list(self, what: str, query: dict[str, str]) -> dict[str, Any]:
+        """A NodeList or PodList as the API server pages it (``limit``, ``continue``), honouring a
+        ``status.phase!=…`` field selector the way the server does."""
+        items = list(self.core.get(what, []))
+        for term in filter(None, query.get("fieldSelector", "").split(",")):
+            path, _, value = term.partition("!=")
+            if path == "status.phase":
+                items = [i for i in items if (i.get("status") or {}).get("phase") != value]
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or 0) or len(items)
+        page, rest = items[start : start + limit], start + limit < len(items)
+        meta: dict[str, Any] = {"resourceVersion": str(self.version)}
+        if rest:
+            meta["continue"] = str(start + limit)
+        kind = {"nodes": "NodeList", "pods": "PodList"}[what]
+        return {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": page}
 
     def _list(self, kind: str, selector: str) -> dict[str, Any]:
         label, _, value = selector.partition("=")

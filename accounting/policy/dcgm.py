@@ -282,3 +282,49 @@ def parse_metrics(pairs: Iterable[str]) -> tuple[tuple[str, float], ...]:
         except ValueError as exc:
             raise ValueError(f"{pair!r}: the scale after ':' must be a number, e.g. 0.01 for percent") from exc
     return tuple(found)
+
+
+MEMORY_DOC = """
+Device memory a workload used: ``max_over_time(<metric>[1h])`` of the framebuffer in use, MiB, per GPU
+and hour, for each name of ``ALLOT_DCGM_MEMORY_METRICS`` in preference order (default
+``DCGM_FI_DEV_FB_USED``, the exporter's name since 2.x, then ``dcgm_fb_used``, the 1.x one): a GPU's
+hour counts once, from the first that has it. Per workload (pod or Slurm job) and hour: the peak over
+its GPUs and how many GPUs it held — what the over-specification finding compares with each flavor's
+device memory.
+"""
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    owner: Owner
+    hour: datetime
+    peak_mib: float
+    devices: int
+
+
+def memory_peaks(
+    matrices: Sequence[Iterable[Mapping[str, object]]], renamed: Set[tuple[str, str]] = frozenset()
+) -> list[MemoryPeak]:
+    """Per owner and hour: the peak framebuffer used over its GPUs and their number (MEMORY_DOC).
+    Series no workload holds, and negative values, are left out."""
+    taken: set[tuple[tuple[str, ...], datetime]] = set()
+    peaks: dict[tuple[Owner, datetime], float] = {}
+    devices: dict[tuple[Owner, datetime], set[tuple[str, ...]]] = {}
+    for matrix in matrices:
+        for series in matrix:
+            labels = _labels(series)
+            held = owner_of(labels, target_of(labels) in renamed)
+            device = device_of(labels)
+            for stamp, value in _values(series):
+                hour = datetime.fromtimestamp(stamp - 3600, tz=UTC)
+                if (device, hour) in taken or not held.held:
+                    continue
+                taken.add((device, hour))
+                mib = float(value)
+                if mib < 0:
+                    continue
+                key = (held, hour)
+                peaks[key] = max(peaks.get(key, 0.0), mib)
+                devices.setdefault(key, set()).add(device)
+    return [MemoryPeak(owner, hour, peak, len(devices[(owner, hour)])) for (owner, hour), peak in sorted(
+        peaks.items(), key=lambda kv: (kv[0][1], kv[0][0].namespace, kv[0][0].pod, kv[0][0].job))]  # fmt: skip

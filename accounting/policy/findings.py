@@ -33,6 +33,10 @@ class FindingKind(StrEnum):
     BUDGET_WARN = "budget_warn"
     BUDGET_FORECAST = "budget_forecast"
     BUDGET_SPENT = "budget_spent"
+    CONSUMPTION_ANOMALY = "consumption_anomaly"
+    FRAGMENTATION = "fragmentation"
+    OVER_SPECIFIED = "over_specified"
+    STRANDED_POOL = "stranded_pool"
 
 
 BUDGET_KINDS = frozenset({FindingKind.BUDGET_WARN, FindingKind.BUDGET_FORECAST, FindingKind.BUDGET_SPENT})
@@ -55,6 +59,17 @@ class Thresholds:
     stuck_minutes: int = 10
     """A Kueue Workload evicted for this long that still holds its quota reservation."""
     reservation_window_days: int = 7
+    anomaly_factor: float = 3.0
+    """Consumption anomaly: a unit's device-hours in the window at this many times its norm…"""
+    anomaly_weeks: int = 4
+    """…the norm being its mean over this many weeks before, for the same hours of the week…"""
+    anomaly_window_hours: int = 24
+    anomaly_min_device_hours: float = 24.0
+    """…and at least this many device-hours above the norm (small units' noise is not an anomaly)."""
+    fragmentation_index_above: float = 0.5
+    """Fragmentation: free GPUs of which more than this share no waiting shape could use…"""
+    fragmentation_hours: int = 6
+    """…in at least this many of the last 24 hourly samples."""
 
     def problems(self) -> list[str]:
         """Every threshold out of range, named, with its range."""
@@ -69,6 +84,18 @@ class Thresholds:
         for name in ("zombie_minutes", "stuck_minutes"):
             if not 1 <= getattr(self, name) <= 7 * 24 * 60:
                 found.append(f"{name} = {getattr(self, name)}: give 1 minute to 7 days")
+        if not 1 < self.anomaly_factor <= 100:
+            found.append(f"anomaly_factor = {self.anomaly_factor}: give a factor above 1 (e.g. 3)")
+        if not 1 <= self.anomaly_weeks <= 12:
+            found.append(f"anomaly_weeks = {self.anomaly_weeks}: give 1 to 12 weeks")
+        if not 1 <= self.anomaly_window_hours <= 7 * 24:
+            found.append(f"anomaly_window_hours = {self.anomaly_window_hours}: give 1 to 168 hours")
+        if not 0 < self.fragmentation_index_above < 1:
+            found.append(f"fragmentation_index_above = {self.fragmentation_index_above}: give a share between 0 and 1")
+        if not 1 <= self.fragmentation_hours <= 24:
+            found.append(f"fragmentation_hours = {self.fragmentation_hours}: give 1 to 24 hours")
+        if self.anomaly_min_device_hours < 0:
+            found.append(f"anomaly_min_device_hours = {self.anomaly_min_device_hours}: give 0 or more")
         return found
 
     @classmethod

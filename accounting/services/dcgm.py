@@ -7,7 +7,8 @@ now, from the Prometheus ``ALLOT_DCGM_PROMETHEUS`` names for the cluster, with o
 (``accounting.policy.dcgm``). A pod's GPU belongs to the unit its namespace is bound to; a Slurm
 job's to the unit of its recorded job. The run rewrites the cluster's ``ActivityHour`` rows of the
 hours it read, in one transaction. Where a workload reports progress (``accounting.policy.dcgm``
-PROGRESS_DOC), its productive device-hours are measured from it and stored beside its activity.
+PROGRESS_DOC), its productive device-hours are measured from it and stored beside its activity; each
+workload's peak device memory per hour is stored too (``MemoryHour``; MEMORY_DOC).
 What it cannot use is counted on the run: GPUs no workload holds, namespaces or jobs that map to
 no unit, values outside 0–100 %, hours without any sample (gaps), and Prometheus's clock when it
 differs from ours. A PromQL error, a timeout or a Prometheus that is down fails the run with the
@@ -24,8 +25,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounting.integrations.prometheus import Prometheus, PrometheusError
-from accounting.models import ActivityHour, SourceKind, SourceRun, SourceStatus, WorkloadRecord
-from accounting.policy.dcgm import Owner, activity, gaps, parse_metrics, points, progress, renamed_targets
+from accounting.models import ActivityHour, MemoryHour, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.policy.dcgm import (
+    MemoryPeak,
+    Owner,
+    activity,
+    gaps,
+    memory_peaks,
+    parse_metrics,
+    points,
+    progress,
+    renamed_targets,
+)
 from quotas.models import Cluster, ClusterKind, NamespaceBinding, ResourceFlavor
 
 SKEW_TOLERANCE_SECONDS = 30
@@ -87,6 +98,10 @@ def usage_ingest_dcgm(
             prometheus.query_range(f"count_over_time({steps}[1h])", *stamps, 3600),
             prometheus.query_range(f"max_over_time({rate}[1h])", *stamps, 3600),
         )
+        memory_answers = [
+            prometheus.query_range(f"max_over_time({metric}[1h])", *stamps, 3600)
+            for metric in settings.ALLOT_DCGM_MEMORY_METRICS
+        ]
     except PrometheusError as exc:
         run.status, run.message = SourceStatus.FAILED, str(exc)
         run.counts, run.finished_at = counts, timezone.now()
@@ -117,7 +132,11 @@ def usage_ingest_dcgm(
     if missing:
         messages.append("hours without any GPU sample: " + ", ".join(f"{h:%Y-%m-%d %H:00}" for h in missing[:6]))
     rows = _attribute(cluster, measured, counts, messages)
+    memory = _memory_rows(cluster, memory_peaks(memory_answers, renamed), run)
+    counts["memory_rows"] = len(memory)
     with transaction.atomic():
+        MemoryHour.objects.filter(cluster=cluster, hour__gte=start, hour__lte=last).delete()
+        MemoryHour.objects.bulk_create(memory)
         ActivityHour.objects.filter(cluster=cluster, hour__gte=start, hour__lte=last).delete()
         ActivityHour.objects.bulk_create(
             [
@@ -157,29 +176,11 @@ def _attribute(
     """(unit, flavor, hour) → active, observed, productive and reporting device-hours. Pods: the
     namespace's bound unit, the flavor whose accelerator model the GPU reports (or the cluster's only
     flavor). Slurm jobs: the unit and flavor of the recorded job."""
-    flavors = list(ResourceFlavor.objects.filter(cluster=cluster))
-    by_model = {_model(f.accelerator_model): f.pk for f in flavors}
-    only = flavors[0].pk if len(flavors) == 1 else None
-    namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
-    jobs: dict[str, tuple[Any, Any]] = {}
-    if cluster.kind == ClusterKind.SLURM:
-        wanted = {owner.job for owner, _ in measured if owner.job}
-        for job_id, unit_id, flavor_id in (
-            WorkloadRecord.objects.filter(cluster=cluster, job_id__in=wanted)
-            .order_by("submitted_at")
-            .values_list("job_id", "unit_id", "flavor_id")
-        ):
-            jobs[job_id] = (unit_id, flavor_id)  # the latest of a reused id wins
+    resolve = _resolver(cluster, {owner for owner, _ in measured})
     rows: dict[tuple[int, int, datetime], Measured] = {}
     unresolved: set[str] = set()
     for (owner, hour), (active, observed, productive, reporting) in measured.items():
-        if owner.job:
-            unit, flavor = jobs.get(owner.job, (None, None))
-            what = f"job {owner.job}"
-        else:
-            unit = namespaces.get(owner.namespace)
-            flavor = by_model.get(_model(owner.model), only)
-            what = f"namespace {owner.namespace}"
+        unit, flavor, what = resolve(owner)
         if unit is None:
             counts["unresolved_owner"] = counts.get("unresolved_owner", 0) + 1
             unresolved.add(what)
@@ -195,6 +196,51 @@ def _attribute(
         rows[key] = (a + active, o + observed, p, r + reporting)
     if unresolved:
         messages.append("not attributed: " + ", ".join(sorted(unresolved)[:10]))
+    return rows
+
+
+def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
+    """Owner → (unit id, flavor id, what it is): pods by their namespace's bound unit and the flavor
+    whose accelerator model the GPU reports (or the cluster's only flavor); Slurm jobs by their
+    recorded job (a query or three, whatever the number of owners)."""
+    flavors = list(ResourceFlavor.objects.filter(cluster=cluster))
+    by_model = {_model(f.accelerator_model): f.pk for f in flavors}
+    only = flavors[0].pk if len(flavors) == 1 else None
+    namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
+    jobs: dict[str, tuple[Any, Any]] = {}
+    if cluster.kind == ClusterKind.SLURM:
+        wanted = {owner.job for owner in owners if owner.job}
+        for job_id, unit_id, flavor_id in (
+            WorkloadRecord.objects.filter(cluster=cluster, job_id__in=wanted)
+            .order_by("submitted_at")
+            .values_list("job_id", "unit_id", "flavor_id")
+        ):
+            jobs[job_id] = (unit_id, flavor_id)  # the latest of a reused id wins
+
+    def resolve(owner: Owner) -> tuple[Any, Any, str]:
+        if owner.job:
+            unit, flavor = jobs.get(owner.job, (None, None))
+            return unit, flavor, f"job {owner.job}"
+        return namespaces.get(owner.namespace), by_model.get(_model(owner.model), only), f"namespace {owner.namespace}"
+
+    return resolve
+
+
+def _memory_rows(cluster: Cluster, peaks: list[MemoryPeak], run: SourceRun) -> list[MemoryHour]:
+    """The workloads' hourly memory peaks that map to a unit and flavor (MEMORY_DOC)."""
+    resolve = _resolver(cluster, {p.owner for p in peaks})
+    rows = []
+    for peak in peaks:
+        unit, flavor, _ = resolve(peak.owner)
+        if unit is None or flavor is None:
+            continue
+        workload = f"job {peak.owner.job}" if peak.owner.job else f"{peak.owner.namespace}/{peak.owner.pod}"
+        rows.append(
+            MemoryHour(
+                cluster=cluster, unit_id=unit, flavor_id=flavor, workload=workload[:253], hour=peak.hour,
+                peak_mib=peak.peak_mib, devices=peak.devices, source_run=run,
+            )
+        )  # fmt: skip
     return rows
 
 

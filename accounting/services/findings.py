@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +46,9 @@ from accounting.policy.findings import (
     zombie_allocations,
 )
 from accounting.selectors import unit_flavor_usage
+from accounting.services.anomalies import anomalies_found
+from accounting.services.fragmentation import fragmentation_found
+from accounting.services.mismatch import mismatch_found
 from quotas.access import NotAllowedError, Viewer, is_platform_admin, may_request, signed_in
 from quotas.errors import InputError
 from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
@@ -107,6 +110,9 @@ def findings_detect(
     found += zombie_allocations(quiet_spans(start, end, th, prices), th)
     found += stuck_reservations(stuck_workloads(prices), th, now)
     found += contracts_not_honoured(reclaims(start, end, prices), start, end)
+    found += anomalies_found(end, th)
+    found += fragmentation_found(end, th)
+    found += mismatch_found(start, end, th)
     return findings_reconcile(found, end, now)
 
 

@@ -17,6 +17,9 @@ Tables, each with stable column names (``COLUMNS``; the README lists them):
 * ``quota_changes`` — every quota change of the month from the audit trail: when, who, why, before → after;
 * ``findings`` — the findings open at any time in the month (opened earlier and still open included);
 * ``coverage`` — hours with and without telemetry per flavor, and where usage came from;
+* ``pools`` — per flavor (pool): capacity, allocated, active share of allocated, productive, waiting
+  demand and idle hours, with the change since the month before (accounting.policy.pools; an
+  organisation's review: the fleet, a department's: its subtree against its guarantee);
 * ``budgets`` — each GPU-hour budget of the subtree (accounting.services.budget_reports): its period,
   allowance, spend to the month's end, what is left, the day it ran out and the days it was held, the
   forecast while its period runs; with no budget in the subtree, a replay of one at 80 % of each
@@ -46,6 +49,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounting.models import Finding, SourceRun, UsageHour
+from accounting.pools import pool_report
 from accounting.selectors import fairness_report, showback_period, showback_report, unit_flavor_usage
 from accounting.services.budget_reports import budget_month
 from accounting.services.findings import reclaims
@@ -104,6 +108,19 @@ COLUMNS: dict[str, list[str]] = {
     "quota_changes": ["at", "actor", "unit_path", "what", "reason", "before", "after"],
     "findings": ["id", "kind", "unit_path", "flavor", "state", "opened_at", "closed_at", "cost", "summary"],
     "coverage": ["flavor", "hours_in_month", "hours_with_telemetry", "gap_hours", "sources"],
+    "pools": [
+        "flavor",
+        "memory_gb",
+        "capacity_h",
+        "allocated_h",
+        "allocated_pct",
+        "active_pct",
+        "productive_pct",
+        "pending_h",
+        "idle_h",
+        "allocated_pct_change_pp",
+        "active_pct_change_pp",
+    ],
     "budgets": [
         "unit_path",
         "flavor",
@@ -301,6 +318,8 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         "fleet_cost": fleet_cost(flavors, hours_in_month),
         **plan_summary(report),
     }
+    pools = pool_report(month, "" if unit.parent_id is None else unit.path)
+    summary["pools"] = pools["pools"] + ([pools["fleet"]] if pools["fleet"] else [])
     budgets = budget_month(unit, start, end)
     ran_out = [b for b in budgets if b["ran_out_on"]]
     summary["budgets"] = {
@@ -312,6 +331,7 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
         ],
     }
     tables = {
+        "pools": [{k: v for k, v in line.items() if k != "before"} for line in summary["pools"]],
         "budgets": budgets,
         "units": table_units,
         "recommendations": table_recs,
@@ -358,7 +378,7 @@ def write_csv(data: ReviewData, folder: Path) -> list[Path]:
 
 
 MONEY_COLUMNS = {"cost", "idle_cost", "lent_credit", "last_month_cost"}
-HOUR_COLUMNS = {c for table in ("units", "budgets") for c in COLUMNS[table] if c.endswith("_h")}
+HOUR_COLUMNS = {c for table in ("units", "budgets", "pools") for c in COLUMNS[table] if c.endswith("_h")}
 
 
 def write_xlsx(data: ReviewData, path: Path) -> Path:

@@ -13,6 +13,7 @@ from accounting.api import (
 )
 from accounting.budget_api import budget_delete_view, budgets_view
 from accounting.plan_api import backtest_view, plan_accept_view, plan_view
+from accounting.pool_api import pools_view
 from admission.api import AdmissionDecisionViewSet
 
 from . import views
@@ -47,6 +48,7 @@ urlpatterns = [
     path("plans/accept/", plan_accept_view, name="plan-accept"),
     path("backtest/", backtest_view, name="backtest"),
     path("budgets/", budgets_view, name="budgets"),
+    path("pools/", pools_view, name="pools"),
     path("budgets/<int:pk>/", budget_delete_view, name="budget-delete"),
     path("", include(router.urls)),
 ]

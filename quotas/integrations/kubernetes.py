@@ -217,6 +217,24 @@ class KueueClient:
         labels = (found.get("metadata") or {}).get("labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
 
+    def list_core(self, what: str, *, field_selector: str = "", page: int = 500) -> list[dict[str, Any]]:
+        """Every ``nodes`` or ``pods`` (all namespaces) object, read in pages, as raw JSON."""
+        core = k8s.CoreV1Api(self.api_client)
+        fn = core.list_node if what == "nodes" else core.list_pod_for_all_namespaces
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": page}
+            if token:
+                options["_continue"] = token
+            if field_selector:
+                options["field_selector"] = field_selector
+            found = self._call(fn, **options)
+            items += found.get("items", [])
+            token = (found.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
+
     def list_workloads(self, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every Workload in every namespace, read in pages, and the list's resourceVersion: the
         point a watch resumes from. A continue token that expired mid-list (410) starts the list again."""

@@ -222,3 +222,33 @@ class Sacct:
             error = proc.stderr.read().strip()
             hint = "is slurmdbd running, and does slurm.conf point at it? " if "connect" in error.lower() else ""
             raise SlurmError(f"sacct failed (rc={returncode}): {hint}{error}")
+
+
+class SlurmInventory:
+    """What slurmctld holds now: its nodes (``scontrol -M <cluster> show node -o``) and its pending
+    jobs' GPU shapes (``squeue -M <cluster> -h -t PD -o "%i|%b|%D"``). Raw text; SlurmError with
+    the command's own words when it fails."""
+
+    def __init__(
+        self, scontrol: str = "scontrol", squeue: str = "squeue", env: Mapping[str, str] | None = None
+    ) -> None:
+        self.scontrol, self.squeue = scontrol, squeue
+        self.env = {**os.environ, **env} if env else None
+
+    def _run(self, argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=self.env)
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{argv[0]} is not installed here: install Slurm's client (slurm-client)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{argv[0]} did not answer within 120 s") from exc
+        if done.returncode != 0:
+            raise SlurmError(f"{' '.join(argv[:4])} failed (rc={done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def nodes(self, cluster: str) -> str:
+        return self._run([self.scontrol, "-M", cluster, "show", "node", "-o"])
+
+    def pending(self, cluster: str) -> str:
+        text = self._run([self.squeue, "-M", cluster, "-h", "-t", "PD", "-o", "%i|%b|%D"])
+        return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))

@@ -149,3 +149,20 @@ def test_no_prometheus_for_the_cluster_says_which_setting(gpus, settings):
     settings.ALLOT_DCGM_PROMETHEUS = {}
     with pytest.raises(ValueError, match="add west=http://… to ALLOT_DCGM_PROMETHEUS"):
         usage_ingest_dcgm(cluster=gpus.cluster)
+
+
+FB = "DCGM_FI_DEV_FB_USED@cuda-75454ffb9f-8ljq7@0/"  # the real exporter's framebuffer series, MiB
+
+
+def test_each_workloads_peak_device_memory_per_hour(gpus, dcgm_exporter):
+    from accounting.models import MemoryHour
+
+    scrape(dcgm_exporter, [{FB: 30_000, TF0: 0.5}, {FB: 36_500, TF0: 0.5}])
+    run = usage_ingest_dcgm(cluster=gpus.cluster)
+    assert run.counts["memory_rows"] >= 1, run.counts
+    rows = list(MemoryHour.objects.values_list("workload", "unit__slug", "flavor__name", "peak_mib", "devices"))
+    assert {r[:3] for r in rows} == {("default/cuda-75454ffb9f-8ljq7", "vision", "rtx4000")}
+    assert max(r[3] for r in rows) == 36_500 and {r[4] for r in rows} == {1}  # the peak, on its one GPU
+    before = sorted(MemoryHour.objects.values_list("workload", "hour", "peak_mib"))
+    usage_ingest_dcgm(cluster=gpus.cluster)  # the same hours read again: the same rows, not twice
+    assert sorted(MemoryHour.objects.values_list("workload", "hour", "peak_mib")) == before

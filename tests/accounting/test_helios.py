@@ -223,7 +223,7 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
     assert {r["unit_path"]: float(r["allocated_h"]) for r in rows} == pytest.approx(allocated, abs=0.01)
     book = load_workbook(next(p for p in written if p.suffix == ".xlsx"))
     assert book.sheetnames == [
-        "summary", "units", "recommendations", "quota_changes", "findings", "coverage", "budgets",
+        "summary", "units", "recommendations", "quota_changes", "findings", "coverage", "pools", "budgets",
     ]  # fmt: skip
     sheet = book["units"]
     assert sheet.freeze_panes == "A2" and len(sheet._charts) == 1
@@ -239,6 +239,9 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
     assert "45672 → 5074" in text and "days without telemetry: 2020-05-10" in text  # the plan, backtested
     assert "What the plan cannot fix" in text and "the fleet's cost" in text and "764236.80" in text
     assert "4 of 17 would have run out: acme/earth/vc6ye (helios-earth/v100) on 2020-05-28, held 3 days" in text
+    (pool,) = data.summary["pools"][:1]  # earth's subtree against its guarantee of 856 over 720 hours of telemetry
+    assert pool["flavor"] == "helios-earth/v100" and pool["capacity_h"] == 856 * 720
+    assert pool["allocated_h"] == pytest.approx(sum(p[1] for p in PUBLISHED.values()), abs=16)
     shots = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     subprocess.run(

@@ -43,6 +43,7 @@ class Command(BaseCommand):
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
             mail.outbox = []
             run = load_usage_demo(progress)
+            self.fleet()
             if run is None:
                 self.stdout.write("Found the demo's month of usage.")
                 return
@@ -60,6 +61,17 @@ class Command(BaseCommand):
             f"the month, its findings, plan and review, sign in as head-earth (Earth's head) or "
             f"{', '.join(sorted(LEADS.values()))} (password 'allot-demo')."
         )
+
+    def fleet(self) -> None:
+        """The cluster of Example 8.2 (a synthetic month): its pool table and mismatch findings."""
+        from accounting.demo_fleet import fleet_demo_findings, load_fleet_demo
+
+        if load_fleet_demo():
+            found = fleet_demo_findings()
+            self.stdout.write(
+                f"Loaded Example 8.2's cluster (synthetic October 2026): {found or 'no findings'}; "
+                "see /pools/?month=2026-10"
+            )
 
     def findings_and_review(self) -> None:
         self.findings()

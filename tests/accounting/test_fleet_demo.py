@@ -1,0 +1,74 @@
+"""The cluster of Example 8.2 (the domain background's section 8.12.2): Table 8's inventory, a month
+built to Table 9's before-state, and the findings that name the mismatch — work pinned to the
+A100-80GB pool that fits the smaller ones, a V100 pool stranded beside the queue."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from django.db.models import Sum
+
+from accounting.demo_fleet import MONTH, POOLS, fleet_demo_findings, load_fleet_demo
+from accounting.models import Finding, MemoryHour, UsageHour
+from accounting.pools import pool_report
+from quotas.models import ResourceFlavor
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(demo):
+    assert load_fleet_demo() and not load_fleet_demo()  # once
+    return fleet_demo_findings()
+
+
+def test_table_8s_inventory_and_table_9s_before_state(fleet):
+    inventory = {
+        f.name: (f.physical_devices, f.device_memory_gb)
+        for f in ResourceFlavor.objects.filter(cluster__name="example-8-2")
+    }
+    assert inventory == {"a100-80gb": (400, 80), "a100-40gb": (424, 40), "v100-32gb": (200, 32)}
+    assert [n for *_, n in POOLS] == [50, 53, 50]  # nodes of 8, 8 and 4 GPUs
+    report = pool_report("2026-10")
+    rows = {p["flavor"]: p for p in report["pools"]}
+    big, mid, old = rows["example-8-2/a100-80gb"], rows["example-8-2/a100-40gb"], rows["example-8-2/v100-32gb"]
+    assert (big["allocated_pct"], big["active_pct"]) == (95.0, 72.0)  # Table 9, before: 95 % allocated, 72 % active
+    assert round(mid["allocated_pct"]) == 64 and old["allocated_pct"] == 0.0  # 64 % and 0 %
+    assert big["pending_h"] == 64 * 744  # over 50 jobs waiting, every hour
+    assert [p["flavor"] for p in report["pools"]] == [f"example-8-2/{n}" for n, *_ in POOLS]  # by memory
+
+
+def test_the_memory_measurements_add_up_to_the_devices_held(fleet):
+    held: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for unit, flavor, allocated in UsageHour.objects.filter(hour__gte=MONTH[0], hour__lt=MONTH[1]).values_list(
+        "unit__slug", "flavor__name", "allocated"
+    ):
+        held[(unit, flavor)] += allocated
+    measured: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for row in MemoryHour.objects.values("unit__slug", "flavor__name").annotate(d=Sum("devices")):
+        measured[(row["unit__slug"], row["flavor__name"])] = row["d"]
+    assert {k: v for k, v in held.items() if v} == dict(measured)
+    assert sum(h for (_, f), h in held.items() if f == "a100-80gb") == 380 * 744
+
+
+def test_the_findings_name_the_mismatch(fleet):
+    over = {f.unit.slug: f for f in Finding.objects.filter(kind="over_specified", flavor__name="a100-80gb") if f.unit}
+    assert set(over) == {"research", "vision", "speech", "recsys"}  # llm's 71 GB jobs need the 80 GB
+    research = over["research"]
+    assert research.evidence["fits"] == "example-8-2/a100-40gb" and research.evidence["peak_p95_gb"] == 35.0
+    # 12 eight-GPU workloads a day for 31 days, 96 devices every hour
+    assert research.summary.startswith("research: 372 workloads (71,424 device-hours) on example-8-2/a100-80gb (80 GB)")
+    assert over["vision"].evidence["fits"] == "example-8-2/v100-32gb"  # 22 GB jobs: even the V100 pool would do
+    assert "flavor order" in research.suggestion and "job_submit" in research.suggestion
+    (stranded,) = Finding.objects.filter(kind="stranded_pool")
+    assert (
+        stranded.flavor is not None
+        and stranded.flavor.name == "v100-32gb"
+        and stranded.evidence["busy_flavor"] == "example-8-2/a100-80gb"
+    )
+    assert stranded.evidence["hours"] == 744 and stranded.evidence["waited_h"] == 64 * 744
+    assert stranded.evidence["fits_share"] == round((80 + 56 + 36) / 380, 3)
+    on_40 = {f.unit.slug for f in Finding.objects.filter(kind="over_specified", flavor__name="a100-40gb") if f.unit}
+    assert on_40 == {"speech", "recsys", "vision"}  # 24, 26 and some of vision's 28-30 GB jobs fit in 32 GB
+    assert fleet == {"over_specified": 7, "stranded_pool": 1}
