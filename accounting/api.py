@@ -225,6 +225,7 @@ SHOWBACK = inline_serializer(
                 "budget_ran_out_on": serializers.DateField(allow_null=True),
             },
         ),
+        "has_budgets": serializers.BooleanField(help_text="Whether any line has a budget"),
         "flavors": inline_serializer(
             "ShowbackFlavor",
             many=True,

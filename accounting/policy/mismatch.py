@@ -110,6 +110,12 @@ def over_specified(
         workloads = sorted({wh.workload for wh, _ in rows})
         name = paths[unit].rsplit("/", 1)[-1]
         idle_h = sum(idle.get((target.id, wh.hour), 0.0) for wh, s in rows if s == target)
+        concurrent: dict[datetime, int] = defaultdict(int)
+        for wh, s in rows:
+            if s == target:
+                concurrent[wh.hour] += wh.devices
+        busy = sorted(concurrent.values())
+        p95_devices = busy[min(len(busy) - 1, math.ceil(0.95 * len(busy)) - 1)]
         found.append(
             Found(
                 FindingKind.OVER_SPECIFIED, f"over_specified:{unit}:{flavor}", unit, flavor, start, end,
@@ -121,6 +127,7 @@ def over_specified(
                     "workloads": len(workloads), "device_hours": device_hours, "peak_p95_gb": round(p95, 1),
                     "flavor_memory_gb": big.memory_gb, "fits": target.key, "fits_memory_gb": target.memory_gb,
                     "idle_device_hours_beside": round(idle_h, 1), "examples": workloads[:5],
+                    "fits_flavor_id": target.id, "concurrent_p95_devices": p95_devices,
                 },
                 None, _remedy(name, big, target),
             )

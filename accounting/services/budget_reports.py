@@ -184,4 +184,5 @@ def with_budgets(report: dict[str, Any], start: datetime, end: datetime) -> dict
     found = budget_columns(start, end, report.get("within", ""))
     for line in report["lines"]:
         line.update(found.get((line["unit_path"], line["flavor_key"]), dict.fromkeys(BUDGET_COLUMNS)))
+    report["has_budgets"] = any(line["budget_h"] is not None for line in report["lines"])
     return report

@@ -41,6 +41,40 @@ def mismatch_found(start: datetime, end: datetime, th: Thresholds) -> list[Found
         ).values_list("unit_id", "unit__path", "flavor_id", "workload", "hour", "peak_mib", "devices")
     ]
     hours = int((end - start).total_seconds() // 3600)
-    return over_specified(measured, pools, idle, start, end, th.anomaly_min_device_hours) + stranded_pools(
-        pool_hours, pools, measured, hours, start, end
+    over = [_with_action(f) for f in over_specified(measured, pools, idle, start, end, th.anomaly_min_device_hours)]
+    return over + stranded_pools(pool_hours, pools, measured, hours, start, end)
+
+
+def _with_action(found: Found) -> Found:
+    """The quota remedy as a one-click change request, where it passes the invariants as one change:
+    the unit's guarantee on the smaller flavor raised by the devices its fitting work held at once
+    (95th percentile). Where its parent has no room, the suggestion says so instead."""
+    from dataclasses import replace
+
+    from quotas.models import OrgUnit, Quota
+    from quotas.policy.invariants import check_quota_edits
+    from quotas.policy.quantity import Resource
+    from quotas.policy.snapshot import Quota as CoreQuota
+    from quotas.selectors import flavor_keys, neighbourhood_snapshot
+
+    unit = OrgUnit.objects.filter(pk=found.unit or 0, archived_at__isnull=True).first()
+    flavor_id, need = found.evidence["fits_flavor_id"], int(found.evidence["concurrent_p95_devices"])
+    if unit is None or need <= 0:
+        return found
+    row = Quota.objects.filter(unit=unit, flavor_id=flavor_id, resource=Resource.GPU.value).first()
+    now = CoreQuota(row.guarantee, row.burst, row.lendable) if row else CoreQuota(0, 0, 0)
+    wanted = CoreQuota(now.guarantee + need, now.burst, now.lendable)
+    key = flavor_keys()[flavor_id]
+    problems = check_quota_edits(neighbourhood_snapshot([unit.pk]), {(unit.pk, key, Resource.GPU): wanted})
+    if problems:
+        said = (
+            f" A guarantee of {wanted.guarantee} on {key} does not fit as things stand ({problems[0].message}): "
+            "make room above it first."
+        )
+        return replace(found, suggestion=found.suggestion + said)
+    said = (
+        f" One click asks for {unit.slug}'s guarantee on {key} to go from {now.guarantee} to {wanted.guarantee} "
+        "(what its fitting work held at once)."
     )
+    action = {"unit": unit.pk, "flavor": flavor_id, "guarantee": wanted.guarantee}
+    return replace(found, action=action, suggestion=found.suggestion + said)

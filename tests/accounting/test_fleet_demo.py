@@ -72,3 +72,32 @@ def test_the_findings_name_the_mismatch(fleet):
     on_40 = {f.unit.slug for f in Finding.objects.filter(kind="over_specified", flavor__name="a100-40gb") if f.unit}
     assert on_40 == {"speech", "recsys", "vision"}  # 24, 26 and some of vision's 28-30 GB jobs fit in 32 GB
     assert fleet == {"over_specified": 7, "stranded_pool": 1}
+
+
+def test_a_quota_remedy_is_offered_only_where_it_passes_as_one_change_and_then_applies(demo):
+    from django.contrib.auth.models import User
+
+    from accounting.services.findings import finding_request_change
+    from quotas import services
+    from quotas.models import OrgUnit, Quota
+    from quotas.policy import Resource
+
+    load_fleet_demo()
+    admin = User.objects.get(username="admin")
+    v100 = ResourceFlavor.objects.get(cluster__name="example-8-2", name="v100-32gb")
+    vision = OrgUnit.objects.get(path="acme/fleet-lab/vision")
+    services.quota_set_bulk(  # vision never used its V100 guarantee: it goes, leaving room under fleet-lab
+        actor=admin, reason="t", changes=[services.QuotaChange(vision.pk, v100.pk, Resource.GPU, 0, 0, 0)]
+    )
+    fleet_demo_findings()
+    over = {f.unit.slug: f for f in Finding.objects.filter(kind="over_specified", flavor__name="a100-80gb") if f.unit}
+    assert over["speech"].action == {"unit": over["speech"].unit_id, "flavor": v100.pk, "guarantee": 80 + 56}
+    assert over["vision"].action is None and "does not fit as things stand" in over["vision"].suggestion
+    assert over["research"].action is None  # 96 more on A100-40GB: no room under fleet-lab
+    request = finding_request_change(actor=User.objects.get(username="head-fleet-lab"), finding=over["speech"])
+    services.change_request_approve(actor=admin, request=request)
+    request.refresh_from_db()
+    assert request.status == "applied", request.outcome
+    assert (
+        Quota.objects.get(unit__path="acme/fleet-lab/speech", flavor=v100, resource="nvidia.com/gpu").guarantee == 136
+    )

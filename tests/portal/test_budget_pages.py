@@ -169,3 +169,23 @@ def test_the_burn_down_chart_puts_the_forecast_exhaustion_on_the_day_the_status_
     assert "left: 1,100 h" in texts and "forecast: out 16 Nov" in texts  # 1,100 at 200 a day from the 10th, noon
     assert f"{status.exhausts_at:%d %b}" == "16 Nov"  # the day the sentence and the findings say
     assert chart.today_x is not None and chart.left < chart.today_x < chart.width
+
+
+def test_showback_carries_each_units_budget_spent_left_and_when_it_runs_out(demo):
+    team, a100 = unit("acme/research/vision"), flavor()
+    admin = User.objects.get(username="admin")
+    now = timezone.now()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    services.budget_set(actor=admin, reason="t", change=BudgetChange(team.pk, a100.pk, device_hours=100))
+    UsageHour.objects.filter(unit=team, flavor=a100).delete()
+    UsageHour.objects.create(unit=team, flavor=a100, hour=start, minutes=60, allocated=60, within=40, borrowed=20)
+    client = signed_in("admin")
+    report = client.get("/api/v1/showback/", {"month": f"{start:%Y-%m}", "within": "acme/research"}).json()
+    line = next(x for x in report["lines"] if x["unit_path"] == team.path and x["flavor_key"] == a100.key)
+    # 40 inside the guarantee and 20 borrowed at half: 50 of 100
+    assert (line["budget_h"], line["budget_spent_h"], line["budget_remaining_h"]) == (100, 50, 50)
+    assert line["budget_ran_out_on"] is None and report["has_budgets"] is True
+    others = [x for x in report["lines"] if x["unit_path"] != team.path]
+    assert others and all(x["budget_h"] is None for x in others)
+    page = client.get("/showback/", {"month": f"{start:%Y-%m}", "within": "acme/research"}).content.decode()
+    assert "100 h: 50 spent, 50 left" in page
