@@ -482,7 +482,7 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
     admitted in it, the oldest feasible workload still pending, preemptions suffered and caused,
     and the guarantee delivered (minute samples where there are, else hours). A handful of queries."""
     from accounting.policy.fairness import Outcome, by_unit_and_tier, delivered_share
-    from accounting.services.findings import reclaims
+    from accounting.reclaims import reclaims
     from quotas.policy.capacity import effective_ceilings
     from quotas.policy.quantity import Resource
     from quotas.selectors import flavor_keys, org_snapshot

@@ -8,9 +8,17 @@ class QuotasConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        """The hooks, connected once: sign-in lockouts into the audit trail; an audit row that changes
+        the policy starts enforcement (quotas.services.enforce), which the tasks module queues."""
         from axes.signals import user_locked_out
 
+        from quotas.services.audit import audit_written
+        from quotas.services.enforce import enforce_soon, enforcement_due
+        from quotas.tasks import queue_enforcement
+
         user_locked_out.connect(_locked_out, dispatch_uid="allot-signin-locked-out")
+        audit_written.connect(enforce_soon, dispatch_uid="allot-enforce-on-audit")
+        enforcement_due.connect(queue_enforcement, dispatch_uid="allot-queue-enforcement")
 
 
 def _locked_out(sender: Any, request: Any = None, username: str = "", ip_address: str = "", **_: Any) -> None:

@@ -40,6 +40,12 @@ def enforce_cluster(self: Any, cluster_id: int) -> dict[str, object]:
     return done
 
 
+def queue_enforcement(sender: Any, cluster_id: int, countdown: int, **_: Any) -> None:
+    """quotas.services.enforce's ``enforcement_due``: queue the cluster's enforcement (connected in
+    quotas.apps)."""
+    enforce_cluster.apply_async((cluster_id,), countdown=countdown)
+
+
 @shared_task(name="quotas.tasks.drift_check")
 def drift_check(kind: str) -> list[int]:
     """From beat: queue a drift check of every enabled cluster of ``kind`` (kubernetes or slurm);

@@ -32,7 +32,6 @@ from accounting.policy.findings import (
     FindingKind,
     Found,
     QuietSpan,
-    Reclaim,
     ReservationWindow,
     StuckWorkload,
     Thresholds,
@@ -45,6 +44,7 @@ from accounting.policy.findings import (
     stuck_reservations,
     zombie_allocations,
 )
+from accounting.reclaims import reclaims
 from accounting.selectors import unit_flavor_usage
 from accounting.services.anomalies import anomalies_found
 from accounting.services.fragmentation import fragmentation_found
@@ -53,7 +53,6 @@ from quotas.access import NotAllowedError, Viewer, is_platform_admin, may_reques
 from quotas.errors import InputError
 from quotas.models import ChangeRequest, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import Resource
-from quotas.selectors import org_snapshot
 from quotas.services.audit import audit_event, audit_write, require_reason
 from quotas.services.budgets import BudgetChange
 from quotas.services.change_requests import change_request_submit
@@ -392,46 +391,6 @@ def stuck_workloads(prices: dict[int, Decimal | None]) -> list[StuckWorkload]:
             StuckWorkload(
                 r.pk, r.unit_id, r.flavor_id, r.job_id, r.unit.path if r.unit else "", r.devices,
                 datetime.fromisoformat(last["at"]), last.get("reason", ""), prices.get(r.flavor_id or 0),
-            )
-        )  # fmt: skip
-    return out
-
-
-def reclaims(start: datetime, end: datetime, prices: dict[int, Decimal | None]) -> list[Reclaim]:
-    """Runs inside their unit's guarantee that waited to start while a borrower on the same flavor was
-    preempted: from the preemptions of the window (one query) and the admissions after them (one)."""
-    preempted = list(
-        Allocation.objects.filter(end__gte=start, end__lt=end, borrowed__gt=0, flavor__isnull=False)
-        .filter(Q(raw_state__startswith="PREEMPTED") | Q(raw_state__startswith="evicted Preempted"))
-        .values_list("flavor_id", "end", "unit_id", "unit__path")
-    )
-    if not preempted:
-        return []
-    snapshot = org_snapshot()
-    admitted = (
-        Allocation.objects.filter(start__gte=start, start__lt=end, borrowed=0, unit__isnull=False)
-        .filter(submitted_at__isnull=False, flavor_id__in={p[0] for p in preempted})
-        .values_list(
-            "unit_id", "unit__path", "flavor_id", "flavor__cluster__name", "flavor__name", "submitted_at", "start",
-            "devices",
-        )
-    )  # fmt: skip
-    out = []
-    for unit, path, flavor, cluster, name, submitted, begins, devices in admitted:
-        if submitted is None:
-            continue
-        before = [p for p in preempted if p[0] == flavor and p[1] and submitted <= p[1] <= begins and p[2] != unit]
-        if not before:
-            continue
-        contract = snapshot.effective_contract(unit)
-        if contract is None:
-            continue
-        victim = before[-1]
-        assert victim[1] is not None
-        out.append(
-            Reclaim(
-                unit, path, victim[2], victim[3] or "", flavor, f"{cluster}/{name}", submitted, begins, victim[1],
-                int(contract.reclaim_within_s), devices, prices.get(flavor),
             )
         )  # fmt: skip
     return out

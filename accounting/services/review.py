@@ -50,9 +50,9 @@ from django.utils import timezone
 
 from accounting.models import Finding, SourceRun, UsageHour
 from accounting.pools import pool_report
+from accounting.reclaims import reclaims
 from accounting.selectors import fairness_report, showback_period, showback_report, unit_flavor_usage
 from accounting.services.budget_reports import budget_month
-from accounting.services.findings import reclaims
 from accounting.services.plan import governance_plan
 from accounting.services.review_plan import fleet_cost, gap_days, plan_summary, recommendation_row
 from quotas.models import AuditEvent, OrgUnit

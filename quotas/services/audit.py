@@ -1,16 +1,22 @@
-"""Audit rows, written by services inside their own transaction."""
+"""Audit rows, written by services inside their own transaction.
+
+Writing them sends :data:`audit_written`; enforcement listens (connected once at start-up in
+``quotas.apps``), so the audit writer does not import what it sets off."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.dispatch import Signal
 from django.utils import timezone
 
 from quotas.errors import InputError, clean_text
 from quotas.models import AuditEvent
 
 Actor = AbstractBaseUser | AnonymousUser | None
+audit_written = Signal()
+"""Sent with ``events``: the rows just written (a policy change reaches the clusters by itself)."""
 
 
 def require_reason(reason: str) -> str:
@@ -51,10 +57,8 @@ def audit_event(
 
 
 def audit_write(events: list[AuditEvent]) -> list[AuditEvent]:
-    from quotas.services.enforce import enforce_soon
-
     written = AuditEvent.objects.bulk_create(events)
-    enforce_soon(written)  # a policy change reaches the clusters by itself once it commits
+    audit_written.send(sender=AuditEvent, events=written)
     return written
 
 

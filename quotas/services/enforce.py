@@ -1,10 +1,11 @@
 """Edits take effect by themselves: when a transaction that changed the policy commits, each enabled
 cluster gets a sync (and, for Slurm, the job_submit snapshot is published again), debounced.
 
-``audit_write`` calls :func:`enforce_soon` with the audit rows it writes; for rows that change the
-policy (``POLICY_ACTIONS``) it registers one ``on_commit`` callback that, per enabled cluster, sets a
-pending mark in the cache and — only if the mark was not already set — queues
-``quotas.tasks.enforce_cluster`` after ``ALLOT_ENFORCE_DELAY_SECONDS``. A burst of edits (a bulk
+:func:`enforce_soon` hears every ``audit_write`` (the ``audit_written`` signal, connected in
+``quotas.apps``); for rows that change the policy (``POLICY_ACTIONS``) it registers one ``on_commit``
+callback that, per enabled cluster, sets a pending mark in the cache and — only if the mark was not
+already set — sends :data:`enforcement_due`, on which ``quotas.tasks`` queues ``enforce_cluster`` after
+``ALLOT_ENFORCE_DELAY_SECONDS`` (services never import tasks). A burst of edits (a bulk
 change, a lead saving twice) is one run per cluster; the task clears the mark first, so an edit made
 while it runs queues the next. The task takes a per-cluster lock: one run per cluster at a time.
 
@@ -29,6 +30,7 @@ from uuid import uuid4
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.dispatch import Signal
 
 from quotas.models import AuditEvent, Cluster, ClusterKind, SyncMode, SyncRun
 
@@ -59,9 +61,11 @@ POLICY_ACTIONS = frozenset(
 PENDING = "allot:enforce:pending:{}"
 log = logging.getLogger(__name__)
 RUNNING = "allot:enforce:running:{}"
+enforcement_due = Signal()
+"""Sent with ``cluster_id`` and ``countdown`` when a cluster should be enforced (quotas.tasks queues it)."""
 
 
-def enforce_soon(events: Iterable[AuditEvent]) -> None:
+def enforce_soon(events: Iterable[AuditEvent], **_: Any) -> None:
     """After the current transaction commits, queue a debounced enforcement of every enabled cluster
     if any of ``events`` changed the policy. Does nothing when ``ALLOT_ENFORCE_ON_CHANGE`` is off."""
     if not settings.ALLOT_ENFORCE_ON_CHANGE or not any(e.action in POLICY_ACTIONS for e in events):
@@ -78,14 +82,12 @@ def enforce_clusters_soon(cluster_ids: Iterable[int]) -> None:
 
 
 def _queue(only: set[int] | None = None) -> None:
-    from quotas.tasks import enforce_cluster
-
     delay = settings.ALLOT_ENFORCE_DELAY_SECONDS
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         if only is not None and cluster_id not in only:
             continue
         if cache.add(PENDING.format(cluster_id), 1, timeout=max(60, delay * 10)):
-            enforce_cluster.apply_async((cluster_id,), countdown=delay)
+            enforcement_due.send(sender=Cluster, cluster_id=cluster_id, countdown=delay)
 
 
 def cluster_enforce(*, cluster: Cluster) -> dict[str, Any]:
