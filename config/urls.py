@@ -4,7 +4,9 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from accounting import urls as accounting_pages
 from accounting.metrics import usage_metrics
+from quotas import urls as quota_pages
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,11 +17,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics/usage", usage_metrics, name="usage-metrics"),
-    path("", include("quotas.urls")),
+    # the portal: each app's pages, under one set of names (quotas:…)
+    path("", include(([*quota_pages.urlpatterns, *accounting_pages.urlpatterns], "quotas"))),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("admission/", include("admission.urls")),
-    path("api/v1/", include("quotas.api.urls")),
+    path("api/v1/", include("config.api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # the split view serves its script from a URL: no inline script (Content-Security-Policy)
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

@@ -350,10 +350,10 @@ def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     when it is due next (one query). An entry beat never sent is due "at beat's next start"."""
     from datetime import timedelta
 
+    from celery import current_app as app  # config/celery.py's app (config/__init__ loads it first)
     from celery.schedules import crontab, maybe_schedule
     from django.utils import timezone
 
-    from config.celery import app
     from quotas.models import BeatRun
 
     now = now or timezone.now()

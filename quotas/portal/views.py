@@ -40,6 +40,7 @@ from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import bar_rows, quota_bars, stacked_capacity
+from quotas.portal.panels import home_panels, unit_panels
 from quotas.services.change_requests import request_lines, request_violations
 from quotas.services.enforce import POLICY_ACTIONS, enforced_by
 
@@ -75,7 +76,7 @@ def tree(request: HttpRequest) -> HttpResponse:
             "violations": validate_tree(snapshot),
             "revision": selectors.policy_revision(),
             "led": _led_units(request),
-            "findings": _findings_on(led_paths(request.user)),
+            **home_panels(request, led_paths(request.user)),
         },
     )
 
@@ -97,7 +98,6 @@ def start(request: HttpRequest) -> HttpResponse:
 def _administer(request: HttpRequest, unit: OrgUnit) -> dict[str, Any]:
     """A platform admin's forms on the unit page (quotas/portal/admin.py handles them)."""
     from quotas.access import is_platform_admin
-    from quotas.models import Cluster, ClusterKind
     from quotas.portal.admin import NEXT_KIND
 
     if not is_platform_admin(request.user):
@@ -112,45 +112,8 @@ def _administer(request: HttpRequest, unit: OrgUnit) -> dict[str, Any]:
     }
 
 
-def _findings_on(led: list[str]) -> dict[str, int]:
-    """Live findings on the units a lead leads (and below), per state: the home page's inbox count."""
-    from django.db.models import Count, Q
-
-    from accounting.models import Finding
-
-    if not led:
-        return {}
-    match = Q(pk__in=[])
-    for path in led:
-        match |= selectors.subtree("unit__path", path)
-    rows = Finding.objects.filter(match, state__in=["open", "acknowledged"]).values("state").annotate(n=Count("id"))
-    return {r["state"]: r["n"] for r in rows}
-
-
 def _unit_or_404(unit_id: int) -> OrgUnit:
     return get_object_or_404(OrgUnit.objects.select_related("parent", "contract"), pk=unit_id, archived_at__isnull=True)
-
-
-def _usage(unit: OrgUnit, chart_rows: list[tuple[str, int, int, int | None]], period: str) -> tuple[Any, int]:
-    """The unit's usage chart (accounting's rollups) per day, week or month, its guarantee line from
-    today's quota."""
-    from dataclasses import replace
-
-    from accounting.charts import usage_chart
-    from accounting.selectors import unit_usage_days
-
-    days = unit_usage_days(unit.path, period=period)
-    guarantee = sum(g for _, g, _, _ in chart_rows)
-    days = [replace(d, guarantee=guarantee * d.hours) for d in days]
-    return usage_chart(days, sum(c for _, _, c, _ in chart_rows), period=period), len(days)
-
-
-def _usage_source(unit: OrgUnit) -> str:
-    """Where the usage shown comes from, as its clusters describe it (the demo's trace: its attribution)."""
-    from accounting.selectors import usage_hours
-
-    found = usage_hours(within=unit.path).values_list("flavor__cluster__description", flat=True).distinct()[:3]
-    return "; ".join(d for d in found if d)
 
 
 @login_required
@@ -179,22 +142,11 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         if q.resource == "nvidia.com/gpu"
     ]
     bars, height = quota_bars(chart_rows)
-    period = request.GET.get("usage", "day")
-    if period not in ("day", "week", "month"):
-        period = "day"
-    usage, usage_days = _usage(unit, chart_rows, period)
-    fairshare = _fairshare(unit, {q.flavor.cluster for q in quotas if q.flavor.cluster.kind == ClusterKind.SLURM})
     return render(
         request,
         "quotas/unit.html",
         {
-            "usage": usage,
-            "budgets": _budgets(unit),
-            "usage_days": usage_days,
-            "usage_period": period,
-            "fairshare": fairshare,
-            "usage_source": _usage_source(unit) if usage else "",
-            "usage_ceiling": sum(c for _, _, c, _ in chart_rows),
+            **unit_panels(request, unit, {"quotas": quotas, "chart_rows": chart_rows}),
             "unit": unit,
             "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource))) for q in quotas],
             "contract": contract,
@@ -218,38 +170,6 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "requests": readable_requests(request.user).filter(unit=unit, status=ChangeRequestStatus.PENDING),
         },
     )
-
-
-def _budgets(unit: OrgUnit) -> list[dict[str, Any]]:
-    from accounting.budget_views import budget_panel
-
-    return budget_panel(unit)
-
-
-def _fairshare(unit: OrgUnit, clusters: set[Cluster]) -> list[dict[str, Any]]:
-    """Per Slurm cluster the unit has quota on: its account's fair-share line and its members'."""
-    from accounting.services.fairshare import slurm_fairshare
-
-    found = []
-    account = (unit.slurm_account or unit.slug).lower()
-    for cluster in sorted(clusters, key=lambda c: c.name):
-        if not cluster.enabled or not cluster.connection_ref:
-            continue
-        try:
-            report = slurm_fairshare(cluster=cluster)
-        except ValueError:
-            continue
-        lines = [line for line in report.lines if line.account == account]
-        if lines:
-            found.append(
-                {
-                    "cluster": cluster.name,
-                    "lines": lines,
-                    "jobs": report.jobs,
-                    "half_life": format_duration(report.half_life_s),
-                }
-            )
-    return found
 
 
 def _row(q: Quota, allocated: int | None) -> dict[str, Any]:

@@ -1,0 +1,91 @@
+"""The accounting pillar's parts of the portal's pages (quotas.portal.panels), registered in
+``AccountingConfig.ready``: on the unit page its use over time, its fair-share on each Slurm cluster
+and its GPU-hour budgets; on the organisation page the live findings on the units a lead leads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from django.db.models import Count, Q
+from django.http import HttpRequest
+
+from quotas.models import Cluster, ClusterKind, OrgUnit
+from quotas.policy.durations import format_duration
+from quotas.portal.panels import register_home_panel, register_unit_panel
+from quotas.selectors import subtree
+
+
+def usage_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The unit's usage chart (the rollups) per day, week or month, its guarantee line from today's
+    quota, and where the usage comes from."""
+    from accounting.charts import usage_chart
+    from accounting.selectors import unit_usage_days, usage_hours
+
+    chart_rows = base["chart_rows"]
+    period = request.GET.get("usage", "day")
+    if period not in ("day", "week", "month"):
+        period = "day"
+    days = unit_usage_days(unit.path, period=period)
+    guarantee = sum(g for _, g, _, _ in chart_rows)
+    days = [replace(d, guarantee=guarantee * d.hours) for d in days]
+    ceiling = sum(c for _, _, c, _ in chart_rows)
+    usage = usage_chart(days, ceiling, period=period)
+    source = ""
+    if usage:
+        found = usage_hours(within=unit.path).values_list("flavor__cluster__description", flat=True).distinct()[:3]
+        source = "; ".join(d for d in found if d)
+    return {
+        "usage": usage, "usage_days": len(days), "usage_period": period, "usage_source": source,
+        "usage_ceiling": ceiling,
+    }  # fmt: skip
+
+
+def fairshare_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
+    """Per Slurm cluster the unit has quota on: its account's fair-share line and its members'."""
+    from accounting.services.fairshare import slurm_fairshare
+
+    clusters: set[Cluster] = {q.flavor.cluster for q in base["quotas"] if q.flavor.cluster.kind == ClusterKind.SLURM}
+    found = []
+    account = (unit.slurm_account or unit.slug).lower()
+    for cluster in sorted(clusters, key=lambda c: c.name):
+        if not cluster.enabled or not cluster.connection_ref:
+            continue
+        try:
+            report = slurm_fairshare(cluster=cluster)
+        except ValueError:
+            continue
+        lines = [line for line in report.lines if line.account == account]
+        if lines:
+            found.append(
+                {"cluster": cluster.name, "lines": lines, "jobs": report.jobs,
+                 "half_life": format_duration(report.half_life_s)}
+            )  # fmt: skip
+    return {"fairshare": found}
+
+
+def budgets_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
+    from accounting.budget_views import budget_panel
+
+    return {"budgets": budget_panel(unit)}
+
+
+def findings_count(request: HttpRequest, led: list[str]) -> dict[str, Any]:
+    """Live findings on the units a lead leads (and below), per state: the home page's inbox count."""
+    from accounting.models import Finding
+
+    if not led:
+        return {"findings": {}}
+    match = Q(pk__in=[])
+    for path in led:
+        match |= subtree("unit__path", path)
+    rows = Finding.objects.filter(match, state__in=["open", "acknowledged"]).values("state").annotate(n=Count("id"))
+    return {"findings": {r["state"]: r["n"] for r in rows}}
+
+
+def register() -> None:
+    register_unit_panel("accounting.usage", usage_panel)
+    register_unit_panel("accounting.fairshare", fairshare_panel)
+    register_unit_panel("accounting.budgets", budgets_panel)
+    register_home_panel("accounting.findings", findings_count)
