@@ -4,7 +4,6 @@ sums per flavor). Device-hours, not costs: readable like usage."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,7 +11,7 @@ from django.db.models import Count, Q, Sum
 
 from accounting.models import UsageHour
 from accounting.policy.pools import PoolHours, fleet_hours, pool_line, pool_table
-from accounting.selectors import showback_period
+from accounting.selectors import showback_period, telemetry_hours
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.selectors import subtree
 
@@ -21,9 +20,7 @@ def pool_hours(start: datetime, end: datetime, within: str = "") -> list[PoolHou
     """Each flavor with telemetry in [start, end): its hours, capacity and sums (of ``within``'s
     subtree when given, its capacity then the subtree's guarantee)."""
     period = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
-    covered: dict[int, int] = defaultdict(int)
-    for flavor_id, _hour, _n in period.values_list("flavor_id", "hour").annotate(n=Count("id")):
-        covered[flavor_id] += 1
+    covered = telemetry_hours(start, end)
     rows = period.filter(subtree("unit__path", within)) if within else period
     sums = {
         r["flavor_id"]: r

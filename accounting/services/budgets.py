@@ -18,11 +18,12 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from accounting.models import UsageHour
+from accounting.selectors import telemetry_hours
 from quotas.access import within_any
 from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
 from quotas.policy import budgets as bud
@@ -41,20 +42,6 @@ def _sums(start: datetime, end: datetime, flavors: Iterable[int]) -> Sums:
         .annotate(w=Sum("within"), b=Sum("borrowed"))
     )
     return {(r["unit_id"], r["flavor_id"]): (r["w"] or 0.0, r["b"] or 0.0) for r in rows}
-
-
-def _covered(start: datetime, end: datetime, flavors: Iterable[int]) -> dict[int, int]:
-    """Hours of [start, end) with telemetry on each flavor: the burn rate's denominator, so hours
-    nothing reported (a gap, or before the first report) do not count as hours nobody spent."""
-    rows = (
-        UsageHour.objects.filter(hour__gte=start, hour__lt=end, flavor_id__in=list(flavors))
-        .values_list("flavor_id", "hour")
-        .annotate(n=Count("id"))  # a GROUP BY (cheaper than COUNT(DISTINCT hour)): hours counted here
-    )
-    found: dict[int, int] = defaultdict(int)
-    for flavor_id, _hour, _n in rows:
-        found[flavor_id] += 1
-    return found
 
 
 def _charge(within: float, borrowed: float) -> float:
@@ -129,7 +116,7 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
     wanted = {(r.unit_id, r.flavor_id) for r in rows}
     trailing_h = settings.ALLOT_BUDGET_TRAILING_HOURS
     trailing = _up_the_tree(_sums(now - timedelta(hours=trailing_h), now, flavors), parents, wanted)
-    covered = _covered(now - timedelta(hours=trailing_h), now, flavors)
+    covered = telemetry_hours(now - timedelta(hours=trailing_h), now, flavors)
     by_period: dict[bud.Period, tuple[datetime, datetime]] = {
         p: bud.period_bounds(p, now) for p in {r.budget.period for r in rows}
     }
