@@ -4,25 +4,25 @@ config/api.py."""
 from django.urls import path
 from rest_framework.routers import BaseRouter
 
-from . import views
+from .views import catalogue, quota, records, requests, units
 
 
 def register(router: BaseRouter) -> None:
-    router.register("clusters", views.ClusterViewSet)
-    router.register("flavors", views.FlavorViewSet)
-    router.register("reservations", views.ReservationViewSet)
-    router.register("contracts", views.ContractViewSet)
-    router.register("tiers", views.TierViewSet)
-    router.register("units", views.UnitViewSet)
-    router.register("quotas", views.QuotaViewSet)
-    router.register("audit", views.AuditViewSet)
-    router.register("sync-runs", views.SyncRunViewSet)
-    router.register("change-requests", views.ChangeRequestViewSet)
+    router.register("clusters", catalogue.ClusterViewSet)
+    router.register("flavors", catalogue.FlavorViewSet)
+    router.register("reservations", catalogue.ReservationViewSet)
+    router.register("contracts", catalogue.ContractViewSet)
+    router.register("tiers", catalogue.TierViewSet)
+    router.register("units", units.UnitViewSet)
+    router.register("quotas", quota.QuotaViewSet)
+    router.register("audit", records.AuditViewSet)
+    router.register("sync-runs", records.SyncRunViewSet)
+    router.register("change-requests", requests.ChangeRequestViewSet)
 
 
 urlpatterns = [
-    path("policy/", views.policy_report, name="policy-report"),
-    path("preview/", views.preview_view, name="preview"),
-    path("lockouts/", views.lockouts_view, name="lockouts"),
-    path("lockouts/unlock/", views.unlock_view, name="lockouts-unlock"),
+    path("policy/", records.policy_report, name="policy-report"),
+    path("preview/", quota.preview_view, name="preview"),
+    path("lockouts/", records.lockouts_view, name="lockouts"),
+    path("lockouts/unlock/", records.unlock_view, name="lockouts-unlock"),
 ]

@@ -1,0 +1,68 @@
+"""Change requests above the requester's envelope: submit, approve, reject."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from quotas import services
+from quotas.access import readable_requests
+from quotas.api.serializers.requests import ChangeRequestIn, ChangeRequestOut, DecisionIn
+from quotas.api.views.base import ReadViewSet, parse_input, quota_changes
+from quotas.models import (
+    ChangeRequest,
+)
+
+
+class ChangeRequestViewSet(ReadViewSet):
+    """Quota changes above the requester's envelope. Anyone signed in may ask for units they lead;
+    a lead of a unit above every unit a request changes (or a platform admin) approves or rejects.
+    Listed and read by whoever asked, the leads of a unit it changes or above, and platform admins."""
+
+    queryset = ChangeRequest.objects.select_related("unit", "requested_by", "decided_by")
+    serializer_class = ChangeRequestOut
+    permission_classes = [IsAuthenticated]
+    filterset_fields = ["status", "unit"]
+
+    def get_queryset(self) -> QuerySet[ChangeRequest]:
+        return (
+            readable_requests(self.request.user)
+            .select_related("unit", "requested_by", "decided_by")
+            .prefetch_related("units")
+        )
+
+    @extend_schema(request=ChangeRequestIn, responses={201: ChangeRequestOut})
+    def create(self, request: Request) -> Response:
+        data = parse_input(ChangeRequestIn, request)
+        changes = quota_changes(data["changes"])
+        created = services.change_request_submit(actor=request.user, reason=data["reason"], changes=changes)
+        return Response(ChangeRequestOut(created).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DecisionIn, responses=ChangeRequestOut)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        data = parse_input(DecisionIn, request)
+        decided = services.change_request_approve(
+            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
+        )
+        return Response(ChangeRequestOut(decided).data)
+
+    @extend_schema(request=DecisionIn, responses=ChangeRequestOut)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        data = parse_input(DecisionIn, request)
+        decided = services.change_request_reject(
+            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
+        )
+        return Response(ChangeRequestOut(decided).data)
+
+
+def _any_request(pk: str) -> ChangeRequest:
+    """A request to decide, readable or not: the service answers 403 with who may decide it."""
+    return get_object_or_404(ChangeRequest, pk=pk)
