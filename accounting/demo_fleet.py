@@ -131,7 +131,7 @@ def fleet_demo_findings() -> dict[str, int]:
     """The month's mismatch findings (the over-specification and stranded-pool detectors over October),
     reconciled on their own so the demo's other findings stay as they are."""
     from accounting.policy.findings import FindingKind, Thresholds
-    from accounting.services.findings import findings_reconcile
+    from accounting.services.finding_records import findings_reconcile
     from accounting.services.mismatch import mismatch_found
 
     start, end = MONTH

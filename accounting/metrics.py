@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from accounting.selectors import latest_usage
+from accounting.selectors.usage import latest_usage
 
 MEASURES = {
     "guarantee": "Guarantee, in devices",

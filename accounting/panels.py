@@ -21,7 +21,7 @@ def usage_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) ->
     """The unit's usage chart (the rollups) per day, week or month, its guarantee line from today's
     quota, and where the usage comes from."""
     from accounting.charts import usage_chart
-    from accounting.selectors import unit_usage_days, usage_hours
+    from accounting.selectors.usage import unit_usage_days, usage_hours
 
     chart_rows = base["chart_rows"]
     period = request.GET.get("usage", "day")

@@ -15,7 +15,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounting.selectors import showback_period
+from accounting.selectors.showback import showback_period
 from accounting.services.plan import backtest_what_if, governance_plan, plan_accept
 from quotas.access import may_read_costs
 from quotas.models import OrgUnit

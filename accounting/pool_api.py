@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.pools import pool_report
-from accounting.selectors import usage_months
+from accounting.selectors.usage import usage_months
 
 LINE_FIELDS: dict[str, Any] = {
     "flavor": serializers.CharField(help_text="cluster/flavor; 'fleet' for the fleet's row"),

@@ -11,7 +11,8 @@ from django.db.models import Count, Q, Sum
 
 from accounting.models import UsageHour
 from accounting.policy.pools import PoolHours, fleet_hours, pool_line, pool_table
-from accounting.selectors import showback_period, telemetry_hours
+from accounting.selectors.showback import showback_period
+from accounting.selectors.usage import telemetry_hours
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.selectors import subtree
 

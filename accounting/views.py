@@ -15,17 +15,14 @@ from django.views.decorators.http import require_POST
 
 from accounting.charts import evidence_chart
 from accounting.models import Finding, FindingState, Review, ReviewFile, SourceRun, SourceStatus
-from accounting.selectors import (
-    fairness_report,
-    readable_reviews,
-    showback_period,
-    showback_report,
-    usage_months,
-    visible_findings,
-)
+from accounting.selectors.fairness import fairness_report
+from accounting.selectors.showback import showback_period, showback_report
+from accounting.selectors.usage import usage_months
+from accounting.selectors.visibility import readable_reviews, visible_findings
 from accounting.services.budget_reports import with_budgets
-from accounting.services.findings import finding_acknowledge, finding_dismiss, finding_request_change
-from accounting.services.review import last_month, review_accept, review_accept_plan
+from accounting.services.finding_actions import finding_acknowledge, finding_dismiss, finding_request_change
+from accounting.services.review import last_month
+from accounting.services.review_accept import review_accept, review_accept_plan
 from quotas.access import NotAllowedError, cost_readable_paths, is_platform_admin, led_paths, may_read_costs
 from quotas.errors import InputError, form_id
 from quotas.policy.violations import PolicyViolationError

@@ -89,7 +89,7 @@ def main() -> None:
 
     from accounting.models import Finding, UsageHour
     from accounting.policy.findings import Thresholds
-    from accounting.selectors import showback_period, showback_report
+    from accounting.selectors.showback import showback_period, showback_report
     from accounting.services.findings import findings_detect
 
     organisation()

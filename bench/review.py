@@ -32,7 +32,8 @@ def main() -> None:
     django.setup()
     from django.db import connection
 
-    from accounting.services.review import review_data, write_csv, write_pdf, write_xlsx
+    from accounting.services.review_formats import write_csv, write_pdf, write_xlsx
+    from accounting.services.review_tables import review_data
     from quotas.models import OrgUnit
 
     organisation()

@@ -179,7 +179,7 @@ BUDGET_COLUMNS = ("budget_h", "budget_spent_h", "budget_remaining_h", "budget_fo
 
 
 def with_budgets(report: dict[str, Any], start: datetime, end: datetime) -> dict[str, Any]:
-    """A showback report (accounting.selectors.showback_report) with each line's budget columns: the
+    """A showback report (accounting.selectors.showback.showback_report) with each line's budget columns: the
     unit's budget on the flavor (its subtree's spend), None where it has none."""
     found = budget_columns(start, end, report.get("within", ""))
     for line in report["lines"]:

@@ -23,7 +23,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from accounting.models import UsageHour
-from accounting.selectors import telemetry_hours
+from accounting.selectors.usage import telemetry_hours
 from quotas.access import within_any
 from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
 from quotas.policy import budgets as bud
@@ -301,7 +301,7 @@ def budget_findings_detect(*, now: datetime | None = None) -> dict[str, Any]:
     forecast exhaustion before the period ends, spent (accounting.policy.budget_findings)."""
     from accounting.policy.budget_findings import BudgetState, budget_findings
     from accounting.policy.findings import BUDGET_KINDS
-    from accounting.services.findings import findings_reconcile
+    from accounting.services.finding_records import findings_reconcile
 
     now = now or timezone.now()
     states = [BudgetState(v.id, v.unit_id, v.unit_path, v.flavor_id, v.budget, v.status) for v in budget_views(now=now)]

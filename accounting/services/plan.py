@@ -36,7 +36,7 @@ from accounting.policy.backtest import (
     totals,
 )
 from accounting.policy.planner import Item, Plan, Settings, Unmet, check_plan, evidence, make_plan
-from accounting.selectors import showback_period
+from accounting.selectors.showback import showback_period
 from quotas.models import OrgUnit
 from quotas.policy.capacity import reclaimable
 from quotas.policy.contracts import worst_case_reclaim_s

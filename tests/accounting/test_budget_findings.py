@@ -13,7 +13,8 @@ from accounting.models import Finding, UsageHour
 from accounting.policy.budget_findings import BudgetState, budget_findings, needed, ordinal
 from accounting.policy.findings import FindingKind
 from accounting.services.budgets import budget_findings_detect, budgets_evaluate
-from accounting.services.findings import finding_request_change, findings_detect
+from accounting.services.finding_actions import finding_request_change
+from accounting.services.findings import findings_detect
 from quotas import services
 from quotas.models import Budget, ChangeRequest
 from quotas.policy import budgets as bud
@@ -100,7 +101,7 @@ def test_findings_open_once_mail_the_lead_and_one_click_asks_for_the_raise(org, 
 @pytest.mark.django_db
 def test_a_lead_told_of_many_new_findings_at_once_gets_one_list(org, django_capture_on_commit_callbacks):
     from accounting.policy.findings import Found
-    from accounting.services.findings import findings_reconcile
+    from accounting.services.finding_records import findings_reconcile
 
     org.research.leads.add(User.objects.create_user("head", email="head@example.org"))
     org.ops.leads.add(User.objects.create_user("ops", email="ops@example.org"))

@@ -10,7 +10,8 @@ import pytest
 
 from accounting.models import Allocation, WorkloadRecord
 from accounting.policy.fairness import Outcome, slowdown, summarise
-from accounting.selectors import fairness_report, showback_period
+from accounting.selectors.fairness import fairness_report
+from accounting.selectors.showback import showback_period
 from accounting.services import usage_replay_load, usage_rollup
 from tests.accounting.test_usage import HEADER
 

@@ -12,7 +12,8 @@ from django.core import mail
 from accounting.models import Finding, FindingState
 from accounting.policy.findings import Thresholds
 from accounting.services import usage_replay_load, usage_rollup
-from accounting.services.findings import finding_dismiss, finding_request_change, findings_detect
+from accounting.services.finding_actions import finding_dismiss, finding_request_change
+from accounting.services.findings import findings_detect
 from quotas.errors import InputError
 from quotas.models import AuditEvent, ChangeRequest, Quota
 from quotas.services import change_request_approve

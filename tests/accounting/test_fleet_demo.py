@@ -77,7 +77,7 @@ def test_the_findings_name_the_mismatch(fleet):
 def test_a_quota_remedy_is_offered_only_where_it_passes_as_one_change_and_then_applies(demo):
     from django.contrib.auth.models import User
 
-    from accounting.services.findings import finding_request_change
+    from accounting.services.finding_actions import finding_request_change
     from quotas import services
     from quotas.models import OrgUnit, Quota
     from quotas.policy import Resource

@@ -108,7 +108,7 @@ def the_detectors_report_what_the_trace_shows():
     nearly idle teams, and its demand findings name the saturated ones."""
     from accounting.models import Finding
     from accounting.policy.findings import Thresholds
-    from accounting.selectors import stranded
+    from accounting.selectors.fairness import stranded
     from accounting.services.findings import findings_detect
 
     flavor = UsageHour.objects.filter(unit__path__startswith="acme/earth/").values_list("flavor_id", flat=True)[0]
@@ -192,7 +192,8 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
 
     from openpyxl import load_workbook
 
-    from accounting.services.review import review_data, review_files
+    from accounting.services.review_formats import review_files
+    from accounting.services.review_tables import review_data
     from quotas.models import OrgUnit
 
     earth = OrgUnit.objects.get(path="acme/earth")

@@ -129,7 +129,8 @@ def test_the_what_if_panel_beside_the_quota_form(org, month, admin_client):  # n
 def test_a_reviews_plan_is_requested_once(org, full, django_capture_on_commit_callbacks):
     """The review page's one button: the review's plan as one change request, recorded on the review,
     audited; pressed again (or by another head) it answers with the same request."""
-    from accounting.services.review import review_accept_plan, review_generate
+    from accounting.services.review import review_generate
+    from accounting.services.review_accept import review_accept_plan
 
     review = review_generate(unit=org.acme, month=full, formats=("csv",))
     first = review_accept_plan(actor=org.admin, review=review, reason="as the review says")

@@ -9,7 +9,7 @@ import io
 import pytest
 from django.test import Client
 
-from accounting.services.review import as_text
+from accounting.services.review_formats import as_text
 from quotas.models import Quota
 from tests.portal.test_pages import _rebalance_form, field, form_for, gpu, signed_in, unit
 
@@ -86,10 +86,11 @@ def test_a_reason_is_never_a_formula_in_the_reviews_csv_and_xlsx(demo, tmp_path)
 
     from openpyxl import load_workbook
 
-    from accounting.services.review import ReviewData, write_csv, write_xlsx
+    from accounting.services.review_formats import write_csv, write_xlsx
+    from accounting.services.review_tables import ReviewData
 
     evil = '=HYPERLINK("http://attacker.example","click")'
-    from accounting.services.review import COLUMNS
+    from accounting.services.review_tables import COLUMNS
 
     tables: dict[str, list[dict[str, object]]] = {t: [] for t in COLUMNS}
     tables["quota_changes"] = [

@@ -6,7 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounting.services.review import FORMATS, last_month, review_data, review_files
+from accounting.services.review import last_month
+from accounting.services.review_formats import FORMATS, review_files
+from accounting.services.review_tables import review_data
 from quotas.models import OrgUnit
 
 

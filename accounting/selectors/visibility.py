@@ -1,0 +1,34 @@
+"""The read rules of the accounting pillar's records: which findings and reviews a user may read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from accounting.models import Finding
+from quotas.selectors import subtree
+
+
+def visible_findings(user: Any) -> QuerySet[Finding]:
+    """The findings ``user`` may read: all of them, or under ALLOT_SHOWBACK_VISIBILITY=leads those of
+    the units they lead and below (platform admins: all). For the API and the inbox alike."""
+    from quotas.access import is_platform_admin, led_paths
+
+    rows = Finding.objects.select_related("unit", "flavor__cluster", "change_request")
+    if settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(user):
+        match = Q(pk__in=[])
+        for path in led_paths(user):
+            match |= subtree("unit__path", path)
+        rows = rows.filter(match)
+    return rows
+
+
+def readable_reviews(user: Any) -> Any:
+    """The reviews whose costs ``user`` may read (the same rule as showback)."""
+    from accounting.models import Review
+    from quotas.access import cost_readable_paths, within_any
+
+    paths = cost_readable_paths(user)
+    return Review.objects.all() if paths is None else Review.objects.filter(within_any("unit__path", paths))
