@@ -8,7 +8,7 @@ Adds a Kubernetes cluster ``example-8-2`` (switched off: nothing to sync), its t
 department ``fleet-lab`` with five teams, and October 2026's hourly rows: every hour, per team and
 pool, the devices held (``UsageHour``) and the workloads holding them with their peak device memory
 (``MemoryHour``), which add up to the held devices. Idempotent. The numbers are a reconstruction of
-the example, not a trace: the README says so wherever they show.
+the example, not a trace: the docs say so wherever they show.
 """
 
 from __future__ import annotations

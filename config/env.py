@@ -1,4 +1,9 @@
-"""The one place that reads the environment. Settings call these readers; nothing else reads os.environ."""
+"""The one place that reads the environment. Settings call these readers; nothing else reads os.environ.
+
+Every call names its variable, its default and a ``help`` text (and ``shown``, how to print a default
+computed from other settings): the configuration reference (docs/reference/configuration.md) is
+generated from these calls by :mod:`config.settings_doc`, so a setting cannot be added undocumented.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,16 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def env_str(name: str, default: str | None = None, *, required: bool = False) -> str:
+def env_str(name: str, default: str | None = None, *, required: bool = False, help: str = "", shown: str = "") -> str:
     value = os.environ.get(name)
     if value is None or value == "":
         if required:
-            raise ImproperlyConfigured(f"{name} must be set (see README.md, 'Configuration')")
+            raise ImproperlyConfigured(f"{name} must be set (see docs/reference/configuration.md)")
         return default or ""
     return value
 
 
-def env_bool(name: str, default: bool) -> bool:
+def env_bool(name: str, default: bool, *, help: str = "", shown: str = "") -> bool:
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -41,15 +46,15 @@ def _number(name: str, default: float, kind: type, what: str) -> Any:
         raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from exc
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, help: str = "", shown: str = "") -> int:
     return int(_number(name, default, int, "a whole number"))
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float, *, help: str = "", shown: str = "") -> float:
     return float(_number(name, default, float, "a number (e.g. 0.5)"))
 
 
-def env_list(name: str, default: list[str]) -> list[str]:
+def env_list(name: str, default: list[str], *, help: str = "", shown: str = "") -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
         return default

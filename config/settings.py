@@ -1,4 +1,5 @@
-"""Allot settings. Every value comes from the environment through config.env; see README 'Configuration'.
+"""Allot settings. Every value comes from the environment through config.env; the reference
+(docs/reference/configuration.md) is generated from these calls by config/settings_doc.py.
 
 Embedded defaults (SQLite, tasks run in-process) make a first run need no other server. Set
 DATABASE_URL and REDIS_URL for PostgreSQL and a real Celery broker.
@@ -21,19 +22,39 @@ from config.env import env_bool, env_float, env_int, env_list, env_str
 from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("ALLOT_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(
+    env_str(
+        "ALLOT_VAR_DIR",
+        str(BASE_DIR / "var"),
+        help="Where the SQLite file and the collected static files live.",
+        shown="var/ in the checkout",
+    )
+)
 
 # --- core -----------------------------------------------------------------------------------
-DEBUG = env_bool("ALLOT_DEBUG", False)
+DEBUG = env_bool("ALLOT_DEBUG", False, help="Django's debug mode (./dev run sets it).")
 _DEV_KEY = "allot-development-only-key-not-secret"
-SECRET_KEY = env_str("ALLOT_SECRET_KEY", _DEV_KEY if DEBUG else None)
+SECRET_KEY = env_str(
+    "ALLOT_SECRET_KEY",
+    _DEV_KEY if DEBUG else None,
+    help="Django's secret key; generate one with python -c 'import secrets; print(secrets.token_urlsafe(50))'.",
+    shown="required unless ALLOT_DEBUG",
+)
 if not SECRET_KEY:
     raise ImproperlyConfigured(
         "ALLOT_SECRET_KEY must be set when ALLOT_DEBUG is off (generate one with "
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`)"
     )
-ALLOWED_HOSTS = env_list("ALLOT_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
-CSRF_TRUSTED_ORIGINS = env_list("ALLOT_CSRF_TRUSTED_ORIGINS", [])
+ALLOWED_HOSTS = env_list(
+    "ALLOT_ALLOWED_HOSTS",
+    ["127.0.0.1", "localhost", "testserver"],
+    help="Host names this deployment answers to, comma-separated.",
+)
+CSRF_TRUSTED_ORIGINS = env_list(
+    "ALLOT_CSRF_TRUSTED_ORIGINS",
+    [],
+    help="Origins trusted for form posts behind a proxy, e.g. https://allot.example.org.",
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,8 +94,18 @@ MIDDLEWARE = [
 # django-axes: after ALLOT_LOGIN_FAILURE_LIMIT failed sign-ins of one username from one address, that
 # pair is locked out for ALLOT_LOGIN_LOCKOUT_MINUTES; each lockout and each unlock is in the audit
 # trail; a platform admin unlocks with POST /api/v1/lockouts/unlock/ or `manage.py allot_unlock_login`.
-AXES_FAILURE_LIMIT = env_int("ALLOT_LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("ALLOT_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_FAILURE_LIMIT = env_int(
+    "ALLOT_LOGIN_FAILURE_LIMIT",
+    5,
+    help=(
+        "django-axes: failed sign-ins of one username from one address before that pair is paused"
+        " (429, a page that says why; audited). Lift one with POST /api/v1/lockouts/unlock/ or "
+        "manage.py allot_unlock_login."
+    ),
+)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_int("ALLOT_LOGIN_LOCKOUT_MINUTES", 15, help="How long a paused sign-in stays paused.")
+)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -99,19 +130,33 @@ CONTENT_SECURITY_POLICY = {
 # Behind TLS (ALLOT_HTTPS, on by default when ALLOT_DEBUG is off): secure cookies, HSTS, redirect to
 # https (not for /healthz and the webhooks' probes); ALLOT_HTTPS_PROXY_HEADER trusts a proxy's
 # X-Forwarded-Proto when TLS ends there.
-ALLOT_HTTPS = env_bool("ALLOT_HTTPS", not DEBUG)
+ALLOT_HTTPS = env_bool(
+    "ALLOT_HTTPS",
+    not DEBUG,
+    help=(
+        "Served over TLS: Secure cookies, HSTS and a redirect to https (never for /healthz or "
+        "/admission/). manage.py check --deploy passes with no warning on the defaults."
+    ),
+    shown="true unless ALLOT_DEBUG",
+)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = ALLOT_HTTPS
-SECURE_SSL_REDIRECT = ALLOT_HTTPS and env_bool("ALLOT_HTTPS_REDIRECT", True)
+SECURE_SSL_REDIRECT = ALLOT_HTTPS and env_bool(
+    "ALLOT_HTTPS_REDIRECT", True, help="Redirect plain http to https (with ALLOT_HTTPS)."
+)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^admission/"]
-SECURE_HSTS_SECONDS = env_int("ALLOT_HSTS_SECONDS", 31_536_000) if ALLOT_HTTPS else 0
+SECURE_HSTS_SECONDS = (
+    env_int("ALLOT_HSTS_SECONDS", 31_536_000, help="HSTS max-age (with ALLOT_HTTPS).") if ALLOT_HTTPS else 0
+)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = ALLOT_HTTPS
 # "preload" in the header only allows submitting the domain to the browsers' preload list (nothing is
 # submitted by it); ALLOT_HSTS_PRELOAD=false drops it
-SECURE_HSTS_PRELOAD = ALLOT_HTTPS and env_bool("ALLOT_HSTS_PRELOAD", True)
+SECURE_HSTS_PRELOAD = ALLOT_HTTPS and env_bool(
+    "ALLOT_HSTS_PRELOAD", True, help="Ask browsers to preload HSTS (with ALLOT_HTTPS); false drops it."
+)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-if env_bool("ALLOT_HTTPS_PROXY_HEADER", False):
+if env_bool("ALLOT_HTTPS_PROXY_HEADER", False, help="Trust X-Forwarded-Proto from the TLS-terminating proxy."):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 ROOT_URLCONF = "config.urls"
@@ -137,7 +182,12 @@ TEMPLATES = [
 # --- database -------------------------------------------------------------------------------
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"),
+        env_str(
+            "DATABASE_URL",
+            f"sqlite:///{VAR_DIR / 'allot.sqlite3'}",
+            help="The database, e.g. postgres://allot@db:5432/allot.",
+            shown="SQLite at ALLOT_VAR_DIR/allot.sqlite3",
+        ),
         conn_max_age=60,
     ),
 }
@@ -206,19 +256,40 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery (ALLOT_CELERY_*) ----------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL", "")
+REDIS_URL = env_str("REDIS_URL", "", help="Celery's broker and result backend; empty: tasks run in-process.")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 # Without a broker, tasks run in-process at enqueue time (the embedded demo default).
-CELERY_TASK_ALWAYS_EAGER = env_bool("ALLOT_CELERY_EAGER", not REDIS_URL)
+CELERY_TASK_ALWAYS_EAGER = env_bool(
+    "ALLOT_CELERY_EAGER",
+    not REDIS_URL,
+    help="Run tasks in the process that starts them.",
+    shown="true without REDIS_URL",
+)
 # Edits reach the clusters by themselves: on commit of a policy change, every enabled cluster is synced
 # (Slurm: the job_submit snapshot published too) after a short debounce. On by default with a broker;
 # off in the demo (tasks in-process, clusters it cannot reach), where `manage.py allot_sync` does it.
-ALLOT_ENFORCE_ON_CHANGE = env_bool("ALLOT_ENFORCE_ON_CHANGE", bool(REDIS_URL))
-ALLOT_ENFORCE_DELAY_SECONDS = env_int("ALLOT_ENFORCE_DELAY_SECONDS", 10)  # edits within it are one run
-ALLOT_ENFORCE_LOCK_SECONDS = env_int("ALLOT_ENFORCE_LOCK_SECONDS", 900)  # the longest a run may hold its cluster
+ALLOT_ENFORCE_ON_CHANGE = env_bool(
+    "ALLOT_ENFORCE_ON_CHANGE",
+    bool(REDIS_URL),
+    help="Sync every cluster when a policy change commits (after the debounce below).",
+    shown="on with REDIS_URL",
+)
+ALLOT_ENFORCE_DELAY_SECONDS = env_int(
+    "ALLOT_ENFORCE_DELAY_SECONDS", 10, help="Edits within this many seconds are enforced as one run."
+)
+ALLOT_ENFORCE_LOCK_SECONDS = env_int(
+    "ALLOT_ENFORCE_LOCK_SECONDS", 900, help="The longest one enforcement run may hold its cluster's lock."
+)
 # where each Slurm cluster's job_submit snapshot is written ({cluster}: its name; "" = not published)
-ALLOT_SLURM_POLICY_OUT = env_str("ALLOT_SLURM_POLICY_OUT", "")
+ALLOT_SLURM_POLICY_OUT = env_str(
+    "ALLOT_SLURM_POLICY_OUT",
+    "",
+    help=(
+        "Where each Slurm cluster's job_submit snapshot is written on every enforced change "
+        "({cluster}: its name); empty: not published."
+    ),
+)
 
 
 def _cache_url(redis_url: str) -> str:
@@ -231,7 +302,16 @@ def _cache_url(redis_url: str) -> str:
 
 # The cache coordinates processes (enforcement's debounce marks and per-cluster locks), so in
 # production it must be one store shared by the web, worker and beat processes of every machine.
-ALLOT_CACHE_URL = env_str("ALLOT_CACHE_URL", _cache_url(REDIS_URL) if REDIS_URL else "")
+ALLOT_CACHE_URL = env_str(
+    "ALLOT_CACHE_URL",
+    _cache_url(REDIS_URL) if REDIS_URL else "",
+    help=(
+        "The cache every process shares (enforcement's debounce marks and locks), in its own "
+        "Redis database so clearing it never empties the broker's. Without it the cache is per "
+        "process and ALLOT_ENFORCE_ON_CHANGE refuses to start."
+    ),
+    shown="REDIS_URL's server, the next database (…/0 → …/1); none without REDIS_URL",
+)
 if ALLOT_CACHE_URL:
     CACHES = {
         "default": {
@@ -257,65 +337,137 @@ CELERY_TASK_STORE_EAGER_RESULT = True  # in-process tasks report their state too
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("ALLOT_CELERY_SOFT_TIME_LIMIT", 600)
-CELERY_TASK_TIME_LIMIT = env_int("ALLOT_CELERY_TIME_LIMIT", 900)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("ALLOT_CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("ALLOT_CELERY_SOFT_TIME_LIMIT", 600, help="A task's soft time limit, in seconds.")
+CELERY_TASK_TIME_LIMIT = env_int(
+    "ALLOT_CELERY_TIME_LIMIT",
+    900,
+    help="A task's hard time limit, in seconds; must stay below ALLOT_CELERY_VISIBILITY_TIMEOUT.",
+)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int(
+        "ALLOT_CELERY_VISIBILITY_TIMEOUT",
+        3600,
+        help="An unacknowledged task goes to another worker after this many seconds.",
+    )
+}
 if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIMIT:
     raise ImproperlyConfigured(
         "ALLOT_CELERY_TIME_LIMIT must be below ALLOT_CELERY_VISIBILITY_TIMEOUT, or a slow task would run twice"
     )
-ALLOT_BEAT_LOCK_SECONDS = env_int("ALLOT_BEAT_LOCK_SECONDS", 60)
+ALLOT_BEAT_LOCK_SECONDS = env_int("ALLOT_BEAT_LOCK_SECONDS", 60, help="Expiry of the beat singleton lock in Redis.")
 CELERY_TIMEZONE = "UTC"
 
 # --- policy (ALLOT_POLICY_*) ----------------------------------------------------------------
-ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int("ALLOT_POLICY_SCHEDULING_PASS_SECONDS", 10)
+ALLOT_POLICY_SCHEDULING_PASS_SECONDS = env_int(
+    "ALLOT_POLICY_SCHEDULING_PASS_SECONDS",
+    10,
+    help="One scheduling pass, counted in contract feasibility (reclaim within N minutes).",
+)
 
 # --- Kubernetes (ALLOT_KUBERNETES_*) ----------------------------------------------------------
-ALLOT_KUBERNETES_ENABLED = env_bool("ALLOT_KUBERNETES_ENABLED", True)
+ALLOT_KUBERNETES_ENABLED = env_bool("ALLOT_KUBERNETES_ENABLED", True, help="Off switch for every Kubernetes sync.")
 # Kueue CRDs to validate against before any apply: the bundled ones (quotas/kueue_crds/README.md), a
 # folder of your own, or "cluster" to read them from each cluster's API server.
-ALLOT_KUBERNETES_CRD_DIR = env_str("ALLOT_KUBERNETES_CRD_DIR", str(BUNDLED_KUEUE_CRDS))
-# ALLOT_KUBERNETES_DRIFT_CHECK_SECONDS (default 300) sets the drift-check interval in config/celery.py.
+ALLOT_KUBERNETES_CRD_DIR = env_str(
+    "ALLOT_KUBERNETES_CRD_DIR",
+    str(BUNDLED_KUEUE_CRDS),
+    help="The Kueue CRDs objects are validated against: a folder, or cluster to read each cluster's own.",
+    shown="the bundled CRDs (quotas/kueue_crds/)",
+)
 
 # --- Slurm (ALLOT_SLURM_*) --------------------------------------------------------------------
-# ALLOT_SLURM_DRIFT_CHECK_SECONDS (default 900) sets the Slurm drift-check interval in config/celery.py.
 
 # --- usage accounting (ALLOT_USAGE_*) -----------------------------------------------------------
-ALLOT_USAGE_SLURM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_SLURM_OVERLAP_SECONDS", 3600)  # re-read, for late records
-ALLOT_USAGE_SLURM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_SLURM_LOOKBACK_SECONDS", 86400)  # a cluster's first ingest
+ALLOT_USAGE_SLURM_OVERLAP_SECONDS = env_int(
+    "ALLOT_USAGE_SLURM_OVERLAP_SECONDS", 3600, help="How far back each sacct ingest re-reads, for late records."
+)
+ALLOT_USAGE_SLURM_LOOKBACK_SECONDS = env_int(
+    "ALLOT_USAGE_SLURM_LOOKBACK_SECONDS", 86400, help="How far back a Slurm cluster's first ingest reads."
+)
 # connections that rebuild a whole month of rollups side by side (PostgreSQL; each takes a share of the units)
-ALLOT_USAGE_ROLLUP_WORKERS = env_int("ALLOT_USAGE_ROLLUP_WORKERS", 2)
-ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC")  # the zone sacct prints its times in
-ALLOT_METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "")  # what Prometheus sends to GET /metrics/usage
-ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct")  # the sacct binary (a path, where it is not on PATH)
-ALLOT_SLURM_SCONTROL = env_str("ALLOT_SLURM_SCONTROL", "scontrol")  # node inventory (the fragmentation index)
-ALLOT_SLURM_SQUEUE = env_str("ALLOT_SLURM_SQUEUE", "squeue")  # pending jobs' GPU shapes
-# ALLOT_USAGE_SLURM_SECONDS (default 300) sets how often beat ingests sacct, in config/celery.py.
-# ALLOT_USAGE_KUEUE_RESYNC_SECONDS (default 900) sets how often beat lists every Kueue Workload, likewise.
+ALLOT_USAGE_ROLLUP_WORKERS = env_int(
+    "ALLOT_USAGE_ROLLUP_WORKERS", 2, help="Connections that rebuild a whole month of rollups side by side (PostgreSQL)."
+)
+ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC", help="The zone sacct prints its times in.")
+ALLOT_METRICS_TOKEN = env_str(
+    "ALLOT_METRICS_TOKEN",
+    "",
+    help="The bearer token Prometheus sends to GET /metrics/usage; empty: signed-in users only.",
+)
+ALLOT_SLURM_SACCT = env_str("ALLOT_SLURM_SACCT", "sacct", help="The sacct binary (a path where it is not on PATH).")
+ALLOT_SLURM_SCONTROL = env_str(
+    "ALLOT_SLURM_SCONTROL", "scontrol", help="The scontrol binary the hourly node sample (fragmentation index) runs."
+)
+ALLOT_SLURM_SQUEUE = env_str(
+    "ALLOT_SLURM_SQUEUE", "squeue", help="The squeue binary: pending jobs' GPU shapes for the fragmentation index."
+)
 # DCGM through Prometheus: which Prometheus holds each cluster's dcgm-exporter series ("cluster=url" pairs)
 ALLOT_DCGM_PROMETHEUS = dict(pair.split("=", 1) for pair in env_list("ALLOT_DCGM_PROMETHEUS", []) if "=" in pair)
-if len(ALLOT_DCGM_PROMETHEUS) != len(env_list("ALLOT_DCGM_PROMETHEUS", [])):
+if len(ALLOT_DCGM_PROMETHEUS) != len(
+    env_list(
+        "ALLOT_DCGM_PROMETHEUS",
+        [],
+        help="cluster=url pairs: the Prometheus holding each cluster's dcgm-exporter series; empty: no DCGM source.",
+    )
+):
     raise ImproperlyConfigured("ALLOT_DCGM_PROMETHEUS: give cluster=url pairs, e.g. k8s-west=http://prometheus:9090")
-ALLOT_DCGM_METRICS = env_list("ALLOT_DCGM_METRICS", ["DCGM_FI_PROF_GR_ENGINE_ACTIVE:1", "DCGM_FI_DEV_GPU_UTIL:0.01"])
+ALLOT_DCGM_METRICS = env_list(
+    "ALLOT_DCGM_METRICS",
+    ["DCGM_FI_PROF_GR_ENGINE_ACTIVE:1", "DCGM_FI_DEV_GPU_UTIL:0.01"],
+    help="Activity metrics in preference order, each with the scale that makes it a 0–1 ratio.",
+)
 # device memory in use (MiB), in preference order: dcgm-exporter 2.x+ and 1.x names (accounting.policy.dcgm MEMORY_DOC)
-ALLOT_DCGM_MEMORY_METRICS = env_list("ALLOT_DCGM_MEMORY_METRICS", ["DCGM_FI_DEV_FB_USED", "dcgm_fb_used"])
-ALLOT_PROGRESS_METRIC = env_str("ALLOT_PROGRESS_METRIC", "allot_progress_steps_total")  # workloads' step counter
-ALLOT_PROGRESS_RATE_METRIC = env_str("ALLOT_PROGRESS_RATE_METRIC", "allot_progress_fault_free_steps_per_second")
-ALLOT_DCGM_SCRAPE_SECONDS = env_int("ALLOT_DCGM_SCRAPE_SECONDS", 30)  # the exporter's scrape interval
-ALLOT_DCGM_TIMEOUT_SECONDS = env_int("ALLOT_DCGM_TIMEOUT_SECONDS", 30)  # per PromQL query
-ALLOT_USAGE_DCGM_OVERLAP_SECONDS = env_int("ALLOT_USAGE_DCGM_OVERLAP_SECONDS", 7200)  # hours re-read each run
-ALLOT_USAGE_DCGM_LOOKBACK_SECONDS = env_int("ALLOT_USAGE_DCGM_LOOKBACK_SECONDS", 86400)  # a cluster's first read
+ALLOT_DCGM_MEMORY_METRICS = env_list(
+    "ALLOT_DCGM_MEMORY_METRICS",
+    ["DCGM_FI_DEV_FB_USED", "dcgm_fb_used"],
+    help=(
+        "Device memory in use (MiB), in preference order: each workload's hourly peak, for the "
+        "over-specification finding."
+    ),
+)
+ALLOT_PROGRESS_METRIC = env_str(
+    "ALLOT_PROGRESS_METRIC",
+    "allot_progress_steps_total",
+    help="The step counter workloads report (measured productive device-hours).",
+)
+ALLOT_PROGRESS_RATE_METRIC = env_str(
+    "ALLOT_PROGRESS_RATE_METRIC",
+    "allot_progress_fault_free_steps_per_second",
+    help="The fault-free step rate workloads report.",
+)
+ALLOT_DCGM_SCRAPE_SECONDS = env_int(
+    "ALLOT_DCGM_SCRAPE_SECONDS", 30, help="The exporter's scrape interval (samples × interval = time covered)."
+)
+ALLOT_DCGM_TIMEOUT_SECONDS = env_int("ALLOT_DCGM_TIMEOUT_SECONDS", 30, help="The timeout of each PromQL query.")
+ALLOT_USAGE_DCGM_OVERLAP_SECONDS = env_int(
+    "ALLOT_USAGE_DCGM_OVERLAP_SECONDS", 7200, help="How many hours each DCGM read goes back over."
+)
+ALLOT_USAGE_DCGM_LOOKBACK_SECONDS = env_int(
+    "ALLOT_USAGE_DCGM_LOOKBACK_SECONDS", 86400, help="How far back a cluster's first DCGM read goes."
+)
 # Showback: how each organisation charges what no unit holds or is promised (not_shared | guarantee | use):
 # "acme=guarantee,not_shared" — org=rule pairs, a bare rule the default.
 ALLOT_SHOWBACK_SHARED_COST = [
-    tuple(p.split("=", 1)) if "=" in p else ("", p) for p in env_list("ALLOT_SHOWBACK_SHARED_COST", ["not_shared"])
+    tuple(p.split("=", 1)) if "=" in p else ("", p)
+    for p in env_list(
+        "ALLOT_SHOWBACK_SHARED_COST",
+        ["not_shared"],
+        help=(
+            "How shared cost (idle capacity) is charged, per organisation: org=rule pairs and a "
+            "default rule; rules: not_shared, guarantee, use."
+        ),
+    )
 ]
 for _org, _rule in ALLOT_SHOWBACK_SHARED_COST:
     if _rule not in ("not_shared", "guarantee", "use"):
         raise ImproperlyConfigured(
             f"ALLOT_SHOWBACK_SHARED_COST: {_rule!r} for {_org or 'the default'} is not not_shared, guarantee or use"
         )
-ALLOT_SHOWBACK_VISIBILITY = env_str("ALLOT_SHOWBACK_VISIBILITY", "everyone")  # or "leads": a lead reads their subtree
+ALLOT_SHOWBACK_VISIBILITY = env_str(
+    "ALLOT_SHOWBACK_VISIBILITY",
+    "everyone",
+    help="Who reads costs and findings: everyone, or leads (a lead reads their subtree; platform admins all).",
+)
 if ALLOT_SHOWBACK_VISIBILITY not in ("everyone", "leads"):
     raise ImproperlyConfigured("ALLOT_SHOWBACK_VISIBILITY: use everyone or leads")
 
@@ -331,61 +483,148 @@ ALLOT_FINDINGS_THRESHOLDS = {
     for name, default in _finding_defaults().items()
     if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
 }
-ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30)
+ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30, help="How long a dismissed finding stays quiet.")
 # The governance plan (accounting/policy/planner.py Settings): how far one cycle may move a guarantee —
 # ALLOT_PLAN_MAX_MOVE_SHARE of it (default 0.5) or ALLOT_PLAN_MAX_MOVE_MIN devices (default 8, one node),
 # whichever is more: a guarantee is a promise people planned against, so it changes by steps they can
 # follow — and how often a device must be needed to be guaranteed (ALLOT_PLAN_MIN_NEED_SHARE, default
 # 0.05: the guarantee covers the 95th percentile of need; rarer peaks borrow).
 ALLOT_PLAN = {
-    "max_move_share": env_float("ALLOT_PLAN_MAX_MOVE_SHARE", 0.5),
-    "max_move_min": env_int("ALLOT_PLAN_MAX_MOVE_MIN", 8),
-    "min_need_share": env_float("ALLOT_PLAN_MIN_NEED_SHARE", 0.05),
+    "max_move_share": env_float(
+        "ALLOT_PLAN_MAX_MOVE_SHARE",
+        0.5,
+        help=(
+            "The governance plan moves a guarantee by at most this share of itself in one cycle "
+            "(or ALLOT_PLAN_MAX_MOVE_MIN devices, whichever is more)."
+        ),
+    ),
+    "max_move_min": env_int(
+        "ALLOT_PLAN_MAX_MOVE_MIN",
+        8,
+        help="The governance plan may always move a guarantee by this many devices (one node).",
+    ),
+    "min_need_share": env_float(
+        "ALLOT_PLAN_MIN_NEED_SHARE",
+        0.05,
+        help=(
+            "A device is guaranteed when needed in at least this share of the period (0.05: the "
+            "95th percentile of need; rarer peaks borrow)."
+        ),
+    ),
 }
 _plan_problems = PlanSettings(**ALLOT_PLAN).problems()  # type: ignore[arg-type]  # floats and ints as typed
 if _plan_problems:
     raise ImproperlyConfigured("ALLOT_PLAN_*: " + "; ".join(_plan_problems))
 # GPU-hour budgets (quotas/policy/budgets.py): the burn rate behind the forecast is the spend of the last
 # ALLOT_BUDGET_TRAILING_HOURS (default 72, 1-744); the evaluation runs after each hourly rollup.
-ALLOT_BUDGET_TRAILING_HOURS = env_int("ALLOT_BUDGET_TRAILING_HOURS", 72)
+ALLOT_BUDGET_TRAILING_HOURS = env_int(
+    "ALLOT_BUDGET_TRAILING_HOURS",
+    72,
+    help="The hours behind a GPU-hour budget's burn rate and forecast (hours with telemetry count), 1–744.",
+)
 if not 1 <= ALLOT_BUDGET_TRAILING_HOURS <= 744:
     raise ImproperlyConfigured(
         f"ALLOT_BUDGET_TRAILING_HOURS={ALLOT_BUDGET_TRAILING_HOURS} is outside 1-744: "
         "give the hours behind the burn rate"
     )
 # Monthly governance reviews: beat builds last month's on the 1st; their files are kept in the database.
-# ALLOT_FINDINGS_SECONDS (default 86400) sets how often beat runs the detectors, in config/celery.py.
-# ALLOT_USAGE_DCGM_SECONDS (default 900) sets how often beat reads DCGM activity, in config/celery.py.
+# How often beat runs each periodic task (ALLOT_*_SECONDS) is read in config/celery.py.
 
 # --- single sign-on (ALLOT_OIDC_*), off by default ---------------------------------------------
-ALLOT_OIDC_ENABLED = env_bool("ALLOT_OIDC_ENABLED", False)
+ALLOT_OIDC_ENABLED = env_bool(
+    "ALLOT_OIDC_ENABLED",
+    False,
+    help="Single sign-on through OpenID Connect; then the ALLOT_OIDC_* endpoints and client are required.",
+)
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 if ALLOT_OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
     AUTHENTICATION_BACKENDS.insert(1, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
-    OIDC_RP_CLIENT_ID = env_str("ALLOT_OIDC_CLIENT_ID", required=True)
-    OIDC_RP_CLIENT_SECRET = env_str("ALLOT_OIDC_CLIENT_SECRET", required=True)
-    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("ALLOT_OIDC_AUTHORIZATION_ENDPOINT", required=True)
-    OIDC_OP_TOKEN_ENDPOINT = env_str("ALLOT_OIDC_TOKEN_ENDPOINT", required=True)
-    OIDC_OP_USER_ENDPOINT = env_str("ALLOT_OIDC_USER_ENDPOINT", required=True)
-    OIDC_OP_JWKS_ENDPOINT = env_str("ALLOT_OIDC_JWKS_ENDPOINT", required=True)
-    OIDC_RP_SIGN_ALGO = env_str("ALLOT_OIDC_SIGN_ALGO", "RS256")
-    OIDC_RP_SCOPES = env_str("ALLOT_OIDC_SCOPES", "openid email profile")
+    OIDC_RP_CLIENT_ID = env_str(
+        "ALLOT_OIDC_CLIENT_ID", required=True, help="The OIDC client id.", shown="required with ALLOT_OIDC_ENABLED"
+    )
+    OIDC_RP_CLIENT_SECRET = env_str(
+        "ALLOT_OIDC_CLIENT_SECRET",
+        required=True,
+        help="The OIDC client secret.",
+        shown="required with ALLOT_OIDC_ENABLED",
+    )
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str(
+        "ALLOT_OIDC_AUTHORIZATION_ENDPOINT",
+        required=True,
+        help="The provider's authorization endpoint.",
+        shown="required with ALLOT_OIDC_ENABLED",
+    )
+    OIDC_OP_TOKEN_ENDPOINT = env_str(
+        "ALLOT_OIDC_TOKEN_ENDPOINT",
+        required=True,
+        help="The provider's token endpoint.",
+        shown="required with ALLOT_OIDC_ENABLED",
+    )
+    OIDC_OP_USER_ENDPOINT = env_str(
+        "ALLOT_OIDC_USER_ENDPOINT",
+        required=True,
+        help="The provider's userinfo endpoint.",
+        shown="required with ALLOT_OIDC_ENABLED",
+    )
+    OIDC_OP_JWKS_ENDPOINT = env_str(
+        "ALLOT_OIDC_JWKS_ENDPOINT",
+        required=True,
+        help="The provider's JWKS endpoint.",
+        shown="required with ALLOT_OIDC_ENABLED",
+    )
+    OIDC_RP_SIGN_ALGO = env_str("ALLOT_OIDC_SIGN_ALGO", "RS256", help="The ID token's signing algorithm.")
+    OIDC_RP_SCOPES = env_str("ALLOT_OIDC_SCOPES", "openid email profile", help="The scopes asked for.")
     LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/"
 
 # --- admission webhooks (ALLOT_ADMISSION_*) ----------------------------------------------------
-ALLOT_ADMISSION_CLUSTER = env_str("ALLOT_ADMISSION_CLUSTER", "")  # empty: the only Kubernetes cluster
-ALLOT_ADMISSION_AUTH = env_str("ALLOT_ADMISSION_AUTH", "token")  # token | client-cert | none
-ALLOT_ADMISSION_TOKEN = env_str("ALLOT_ADMISSION_TOKEN", "")
-ALLOT_ADMISSION_CLIENT_CERT_HEADER = env_str("ALLOT_ADMISSION_CLIENT_CERT_HEADER", "X-Client-Verify")
-ALLOT_ADMISSION_REFRESH_SECONDS = env_int("ALLOT_ADMISSION_REFRESH_SECONDS", 5)
-ALLOT_ADMISSION_MAX_BODY_BYTES = env_int("ALLOT_ADMISSION_MAX_BODY_BYTES", 3 * 1024 * 1024)
-ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list("ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"])
-ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000)
-ALLOT_ADMISSION_BACKGROUND = env_bool("ALLOT_ADMISSION_BACKGROUND", True)
+ALLOT_ADMISSION_CLUSTER = env_str(
+    "ALLOT_ADMISSION_CLUSTER", "", help="The cluster a webhook deployment serves.", shown="the only Kubernetes cluster"
+)
+ALLOT_ADMISSION_AUTH = env_str(
+    "ALLOT_ADMISSION_AUTH", "token", help="How clusters authenticate to the webhook: token, client-cert or none."
+)
+ALLOT_ADMISSION_TOKEN = env_str(
+    "ALLOT_ADMISSION_TOKEN",
+    "",
+    help="The bearer token clusters send (ALLOT_ADMISSION_AUTH=token); empty: every call refused.",
+)
+ALLOT_ADMISSION_CLIENT_CERT_HEADER = env_str(
+    "ALLOT_ADMISSION_CLIENT_CERT_HEADER",
+    "X-Client-Verify",
+    help="With client-cert: the header the TLS proxy sets when the client certificate verified (value SUCCESS).",
+)
+ALLOT_ADMISSION_REFRESH_SECONDS = env_int(
+    "ALLOT_ADMISSION_REFRESH_SECONDS", 5, help="How often each webhook process checks the policy revision."
+)
+ALLOT_ADMISSION_MAX_BODY_BYTES = env_int(
+    "ALLOT_ADMISSION_MAX_BODY_BYTES",
+    3 * 1024 * 1024,
+    help="Larger AdmissionReviews are denied as too_large.",
+    shown="3145728 (3 MiB)",
+)
+ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list(
+    "ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"], help="Namespaces never checked."
+)
+ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000, help="Decision-log rows kept.")
+ALLOT_ADMISSION_BACKGROUND = env_bool(
+    "ALLOT_ADMISSION_BACKGROUND",
+    True,
+    help=(
+        "Each webhook process refreshes its policy and writes its decision log from a background "
+        "thread (off: on the request, for tests)."
+    ),
+)
 # Accelerator resources beyond nvidia.com/gpu, counted as devices of a flavor: "amd.com/gpu=mi300x,...".
 # Any other accelerator resource (amd.com/, nvidia.com/mig-*, habana.ai/, ...) and DRA claims are refused.
-ALLOT_ADMISSION_ACCELERATORS = env_list("ALLOT_ADMISSION_ACCELERATORS", [])
+ALLOT_ADMISSION_ACCELERATORS = env_list(
+    "ALLOT_ADMISSION_ACCELERATORS",
+    [],
+    help=(
+        "Other accelerator resources counted as a flavor's devices: amd.com/gpu=mi300x,…; any "
+        "other accelerator resource is refused."
+    ),
+)
 for _pair in ALLOT_ADMISSION_ACCELERATORS:
     if _pair.count("=") != 1 or not all(_pair.split("=")):
         raise ImproperlyConfigured(
@@ -398,28 +637,41 @@ ALLOT_ACCELERATORS: dict[str, str | None] = {
     **{p.split("=", 1)[0]: p.split("=", 1)[1] for p in ALLOT_ADMISSION_ACCELERATORS},
 }
 # Controllers whose objects with a controller ownerReference are judged as part of their owner.
-ALLOT_ADMISSION_CONTROLLERS = env_list("ALLOT_ADMISSION_CONTROLLERS", sorted(DEFAULT_CONTROLLERS))
+ALLOT_ADMISSION_CONTROLLERS = env_list(
+    "ALLOT_ADMISSION_CONTROLLERS",
+    sorted(DEFAULT_CONTROLLERS),
+    help="Identities whose owned objects are judged as part of their owner.",
+    shown="the Job controller, Kueue, JobSet, training-operator and KubeRay service accounts",
+)
 if ALLOT_ADMISSION_AUTH not in ("token", "client-cert", "none"):
     raise ImproperlyConfigured("ALLOT_ADMISSION_AUTH must be token, client-cert or none")
-if env_bool("ALLOT_WEBHOOK_ONLY", False):
+if env_bool("ALLOT_WEBHOOK_ONLY", False, help="The webhook deployment: only /admission/, no middleware."):
     # the webhook deployment: same code, only the admission endpoints and the smallest middleware stack
     ROOT_URLCONF = "config.urls_admission"
     MIDDLEWARE = []
 
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
-EMAIL_BACKEND = env_str("ALLOT_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost")
+EMAIL_BACKEND = env_str(
+    "ALLOT_MAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend",
+    help="Django's mail backend for notifications.",
+)
+DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost", help="The notifications' sender.")
 # Where people reach the portal: the links in mails
-ALLOT_PORTAL_URL = env_str("ALLOT_PORTAL_URL", "http://127.0.0.1:8000")
+ALLOT_PORTAL_URL = env_str(
+    "ALLOT_PORTAL_URL", "http://127.0.0.1:8000", help="The portal's address, for the links in mails."
+)
 # The currency flavors' prices (per device-hour) are in: shown beside every cost and amount at stake.
-ALLOT_CURRENCY = env_str("ALLOT_CURRENCY", "USD")
+ALLOT_CURRENCY = env_str(
+    "ALLOT_CURRENCY", "USD", help="The currency of the flavors' prices, shown beside every cost and amount at stake."
+)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("ALLOT_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_str("ALLOT_LOG_LEVEL", "INFO", help="The root log level.")},
     # the review's PDF: WeasyPrint logs a line per page laid out, fontTools per font subset
     "loggers": {name: {"level": "WARNING"} for name in ("weasyprint", "weasyprint.progress", "fontTools", "axes")},
 }

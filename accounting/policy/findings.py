@@ -48,6 +48,7 @@ class Thresholds:
     idle_used_below: float = 0.20
     """Idle guarantee: used less than this share of its own guarantee over the window…"""
     idle_window_days: int = 5
+    """The days the idle-guarantee, demand and zombie detectors look back over."""
     demand_share_above: float = 0.25
     """Demand above guarantee: held + queued above the guarantee in at least this share of hours…"""
     demand_borrowed_below: float = 0.10
@@ -59,11 +60,13 @@ class Thresholds:
     stuck_minutes: int = 10
     """A Kueue Workload evicted for this long that still holds its quota reservation."""
     reservation_window_days: int = 7
+    """The days the idle-reservation detector looks back over."""
     anomaly_factor: float = 3.0
     """Consumption anomaly: a unit's device-hours in the window at this many times its norm…"""
     anomaly_weeks: int = 4
     """…the norm being its mean over this many weeks before, for the same hours of the week…"""
     anomaly_window_hours: int = 24
+    """…the window compared being the last this many hours…"""
     anomaly_min_device_hours: float = 24.0
     """…and at least this many device-hours above the norm (small units' noise is not an anomaly)."""
     fragmentation_index_above: float = 0.5

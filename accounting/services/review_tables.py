@@ -1,6 +1,6 @@
 """The tables of the monthly governance review of an organisation or department (``review_data``).
 
-Tables, each with stable column names (``COLUMNS``; the README lists them):
+Tables, each with stable column names (``COLUMNS``; docs/concepts/review.md lists them):
 
 * ``units`` — per unit and flavor: the quota, the month's device-hours (allocated, within, borrowed,
   lent, pending, active, productive and whether it is estimated), telemetry coverage, cost, idle cost

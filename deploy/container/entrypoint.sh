@@ -2,7 +2,7 @@
 # Allot's container entrypoint: one image, the role is the first argument.
 #   web                  the portal and API (gunicorn, gthread workers) on :8000
 #   webhook              the admission webhooks only (ALLOT_WEBHOOK_ONLY), gthread workers on loopback behind nginx
-#   worker               a Celery worker (acks late; see docs/operations.md)
+#   worker               a Celery worker (acks late; see docs/operators/operations.md)
 #   beat                 Celery beat, the only one: takes a Redis lock first (a second beat waits)
 #   migrate              apply database migrations, once per release (a Job)
 #   wait-for-migrations  wait until every migration is applied (an init container of the web and workers)

@@ -1,6 +1,6 @@
 """Snapshot + Slurm cluster → desired accounts, user associations and QOS.
 
-Mapping (docs/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
+Mapping (docs/concepts/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
 
 * every unit with quota or members on the cluster (and its ancestors) → an account; ``parent`` is
   the parent unit's account (``root`` at the top), ``Fairshare`` the weight (whole numbers);
