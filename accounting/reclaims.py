@@ -10,7 +10,7 @@ from decimal import Decimal
 from django.db.models import Q
 
 from accounting.models import Allocation
-from accounting.policy.findings import Reclaim
+from accounting.policy.hold_findings import Reclaim
 from quotas.selectors import org_snapshot
 
 

@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from accounting.policy.backtest import FlavorDemand, Terms, reproduction_error, simulate, totals  # noqa: E402
-from accounting.policy.planner import Settings, check_plan, evidence, make_plan  # noqa: E402
+from accounting.policy.plan_check import check_plan  # noqa: E402
+from accounting.policy.plan_model import Settings, evidence  # noqa: E402
+from accounting.policy.planner import make_plan  # noqa: E402
 from quotas.policy.builder import TreeBuilder  # noqa: E402
 from quotas.policy.quantity import Resource  # noqa: E402
 from quotas.policy.snapshot import Quota, UnitKind  # noqa: E402

@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from quotas.policy import Resource, UnitKind  # noqa: E402
 from quotas.policy.builder import TreeBuilder  # noqa: E402
-from quotas.policy.slurm.diff import batch, plan_slurm  # noqa: E402
+from quotas.policy.slurm.batch import batch  # noqa: E402
+from quotas.policy.slurm.diff import plan_slurm  # noqa: E402
 from quotas.policy.slurm.render import qos_script, render_dump  # noqa: E402
 from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, compile_slurm  # noqa: E402
 

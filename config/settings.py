@@ -16,7 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from accounting.policy.findings import Thresholds
-from accounting.policy.planner import Settings as PlanSettings
+from accounting.policy.plan_model import Settings as PlanSettings
 from admission.policy.model import DEFAULT_CONTROLLERS
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from quotas.kueue_crds import CRD_DIR as BUNDLED_KUEUE_CRDS

@@ -23,191 +23,21 @@ evidence (the others keep theirs):
   would have to give, instead of proposing the impossible.
 
 Everything is decided from the evidence and the period's quotas, never from the plan's own output,
-so applying a plan and planning again proposes nothing new. :func:`check_plan` (the edit path's own
+so applying a plan and planning again proposes nothing new. :func:`.plan_check.check_plan` (the edit path's own
 checks plus every contract promise the change would newly break) must pass: items that would not are
-dropped, with the reason, until it does.
-"""
+dropped, with the reason, until it does."""
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from types import MappingProxyType
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-import numpy as np
-
-from quotas.policy.contracts import check_promises
+from accounting.policy.plan_check import Promises, check_plan
+from accounting.policy.plan_model import GPU, Evidence, Item, Plan, Settings, Unmet, Verdict
 from quotas.policy.invariants import check_quota_edits
-from quotas.policy.quantity import Resource
-from quotas.policy.snapshot import OrgSnapshot, Quota, QuotaKey
-from quotas.policy.violations import Violation
-
-from .backtest import FlavorDemand, Terms, classify
-
-GPU = Resource.GPU
-
-
-@dataclass(frozen=True)
-class Settings:
-    max_move_share: float = 0.5
-    """At most this share of a guarantee moves in one cycle…"""
-    max_move_min: int = 8
-    """…or this many devices (one 8-GPU node), whichever is more."""
-    min_need_share: float = 0.05
-    """A device is guaranteed when needed in at least this share of the steps (p95 of need)."""
-
-    def problems(self) -> list[str]:
-        found = []
-        if not 0 < self.max_move_share <= 1:
-            found.append(f"max_move_share = {self.max_move_share}: give a share above 0 and at most 1 (e.g. 0.5)")
-        if not 0 <= self.max_move_min <= 10_000:
-            found.append(f"max_move_min = {self.max_move_min}: give 0 to 10000 devices")
-        if not 0 < self.min_need_share < 1:
-            found.append(f"min_need_share = {self.min_need_share}: give a share between 0 and 1 (e.g. 0.05)")
-        return found
-
-
-class Verdict(StrEnum):
-    KEEP = "keep"
-    GROW = "grow"
-    SHRINK = "shrink"
-    LEND_MORE = "lend more"
-    MAY_BORROW = "may borrow"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One leaf unit on one flavor over the period."""
-
-    unit: int
-    flavor: str
-    reference: Terms
-    """The guarantee (burst, lendable) in force during the period."""
-    curve: tuple[float, ...]
-    """``curve[g]``: device-hours of need above g devices (the value of the (g+1)-th device)."""
-    p95_held: int
-    p95_need: int
-    hours: float
-    """Hours with telemetry."""
-
-
-def need_curve(need: np.ndarray, hours_per_step: float) -> tuple[float, ...]:
-    """``curve[g] = Σ_t clip(need_t − g, 0, 1) × hours``: the device-hours the (g+1)-th device serves."""
-    values = np.sort(np.asarray(need, dtype=np.float64))
-    if values.size == 0 or values[-1] <= 0:
-        return ()
-    top = math.ceil(float(values[-1]))
-    suffix = np.concatenate([np.cumsum(values[::-1])[::-1], [0.0]])
-    levels = np.arange(top + 1, dtype=np.float64)
-    idx = np.searchsorted(values, levels, side="right")
-    above = suffix[idx] - levels * (values.size - idx)  # Σ max(0, need − g)
-    return tuple(float(x) * hours_per_step for x in above[:-1] - above[1:])
-
-
-def evidence(d: FlavorDemand) -> list[Evidence]:
-    """Each unit's evidence from its series (steps without telemetry left out)."""
-    bound_queue, fragment, _ = classify(d)
-    need = d.held + fragment + bound_queue
-    hours = d.step_minutes / 60.0
-    out = []
-    for i, unit in enumerate(d.units):
-        mask = d.present[i]
-        if not mask.any():
-            continue
-        mine = need[i][mask]
-        out.append(
-            Evidence(
-                unit,
-                d.flavor,
-                d.observed.get(unit, Terms(0)),
-                need_curve(mine, hours),
-                math.ceil(float(np.percentile(d.held[i][mask], 95)) - 1e-9),
-                math.ceil(float(np.percentile(mine, 95)) - 1e-9),
-                float(mask.sum()) * hours,
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class Item:
-    unit: int
-    path: str
-    flavor: str
-    before: Quota
-    after: Quota
-    verdict: Verdict
-    value_h: float
-    """Device-hours of queued need served (grow) or of idle guarantee handed back (shrink, lend)."""
-    reason: str
-    needs: tuple[int, ...] = ()
-    """Indexes of the items it is feasible with; empty: feasible on its own."""
-
-    @property
-    def moved(self) -> int:
-        return max(
-            abs(self.after.guarantee - self.before.guarantee),
-            abs(self.after.lendable - self.before.lendable),
-            abs(self.after.burst - self.before.burst),
-            1,
-        )
-
-    @property
-    def value_per_device(self) -> float:
-        return self.value_h / self.moved
-
-
-@dataclass(frozen=True)
-class Unmet:
-    parent: str
-    flavor: str
-    devices: int
-    value_h: float
-    units: tuple[str, ...]
-    gives: str
-    """What would have to give."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    items: tuple[Item, ...]
-    kept: Mapping[tuple[int, str], str]
-    """Units with evidence the plan leaves alone, and why."""
-    unmet: tuple[Unmet, ...] = ()
-    dropped: tuple[str, ...] = ()
-    settings: Settings = field(default_factory=Settings)
-
-    def edits(self, only: Iterable[int] | None = None) -> dict[QuotaKey, Quota]:
-        chosen = range(len(self.items)) if only is None else only
-        return {(self.items[i].unit, self.items[i].flavor, GPU): self.items[i].after for i in chosen}
-
-    def terms(self) -> dict[tuple[int, str], Terms]:
-        return {(i.unit, i.flavor): Terms(i.after.guarantee, i.after.burst, i.after.lendable) for i in self.items}
-
-
-def check_plan(snapshot: OrgSnapshot, edits: Mapping[QuotaKey, Quota]) -> list[Violation]:
-    """The edit path's checks on the whole change, plus each contract promise it newly breaks."""
-    found = check_quota_edits(snapshot, edits)
-    if found or not _new_lender_or_borrower(snapshot, edits):
-        return found
-    before = {(v.unit, v.flavor): v.actual or 0 for v in check_promises(snapshot)}
-    after = check_promises(replace(snapshot, quotas=MappingProxyType({**snapshot.quotas, **edits})))
-    return [v for v in after if (v.unit, v.flavor) not in before or (v.actual or 0) > before[(v.unit, v.flavor)]]
-
-
-def _new_lender_or_borrower(snapshot: OrgSnapshot, edits: Mapping[QuotaKey, Quota]) -> bool:
-    """Only an edit that makes a unit a borrower (burst from 0) or a lender (lendable, or on a flavor
-    that lends idle guarantees a guarantee, from 0) can break a promise."""
-    for key, q in edits.items():
-        if key[2] is not GPU:
-            continue
-        now = snapshot.quota(*key)
-        if any(getattr(q, f) > 0 and getattr(now, f) == 0 for f in ("burst", "lendable", "guarantee")):
-            return True
-    return False
+from quotas.policy.snapshot import OrgSnapshot, Quota
 
 
 def make_plan(
@@ -422,10 +252,10 @@ def _with_needs(snapshot: OrgSnapshot, items: list[Item]) -> list[Item]:
     """Each item alone, or with the items that make room for it: the shrinks under the same parent on
     the same flavor (a grow needs them), checked again together.
 
-    Alone, an item is checked by the quota checks and by :class:`_Promises` (only the pairs it adds
+    Alone, an item is checked by the quota checks and by :class:`Promises` (only the pairs it adds
     can break a promise); the whole-tree promise check per item was 60 of 65 seconds for 1,000 teams ×
     4 flavors. Where the pairs check cannot tell, the full :func:`check_plan` decides."""
-    promises = _Promises(snapshot)
+    promises = Promises(snapshot)
     out = []
     for i, item in enumerate(items):
         alone = {(item.unit, item.flavor, GPU): item.after}
@@ -449,63 +279,3 @@ def _with_needs(snapshot: OrgSnapshot, items: list[Item]) -> list[Item]:
         )
         out.append(replace(item, needs=room if room else tuple(j for j in range(len(items)) if j != i)))
     return out
-
-
-class _Promises:
-    """Today's lenders and borrowers per flavor, to tell whether one edit adds a (lender, borrower)
-    pair that breaks a promise: a borrower that may keep devices longer than a lender of the same
-    organisation, outside its own line, promises them back (``quotas.policy.contracts.check_promises``)."""
-
-    def __init__(self, snapshot: OrgSnapshot) -> None:
-        from quotas.policy.contracts import worst_case_reclaim_s
-
-        self.snapshot = snapshot
-        self.lenders: dict[str, list[tuple[int, int]]] = {}
-        self.borrowers: dict[str, list[tuple[int, int]]] = {}
-        self._worst = worst_case_reclaim_s
-        for (uid, flavor, resource), q in snapshot.quotas.items():
-            if resource is not GPU or uid not in snapshot.units:
-                continue
-            if q.burst > 0:
-                self.borrowers.setdefault(flavor, []).append((-self.held(uid), uid))
-            promise = self.promise(uid)
-            if self._lends(flavor, q) and promise is not None:
-                self.lenders.setdefault(flavor, []).append((promise, uid))
-        for found in (*self.lenders.values(), *self.borrowers.values()):
-            found.sort()
-
-    def held(self, uid: int) -> int:
-        contract = self.snapshot.effective_contract(uid)
-        return self._worst(contract, self.snapshot.scheduling_pass_s) if contract else self.snapshot.scheduling_pass_s
-
-    def promise(self, uid: int) -> int | None:
-        contract = self.snapshot.effective_contract(uid)
-        return contract.reclaim_within_s if contract else None
-
-    def _lends(self, flavor: str, q: Quota) -> bool:
-        known = self.snapshot.flavors.get(flavor)
-        return q.lendable > 0 or (q.guarantee > 0 and known is not None and known.lends_idle_guarantees)
-
-    def _apart(self, a: int, b: int) -> bool:
-        line_a, line_b = self.snapshot.ancestors(a), self.snapshot.ancestors(b)
-        same_root = (line_a or [a])[-1] == (line_b or [b])[-1]
-        return same_root and a not in line_b and b not in line_a and a != b
-
-    def safe(self, uid: int, flavor: str, after: Quota) -> bool:
-        """True when the edit adds no pair that breaks a promise; False: ask the full check."""
-        now = self.snapshot.quota(uid, flavor, GPU)
-        if after.burst > 0 and now.burst == 0:
-            held = self.held(uid)
-            for promise, lender in self.lenders.get(flavor, ()):
-                if promise >= held:
-                    break
-                if self._apart(lender, uid):
-                    return False
-        mine = self.promise(uid)
-        if mine is not None and self._lends(flavor, after) and not self._lends(flavor, now):
-            for negative, borrower in self.borrowers.get(flavor, ()):
-                if -negative <= mine:
-                    break
-                if self._apart(uid, borrower):
-                    return False
-        return True

@@ -13,14 +13,8 @@ from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import TruncDay
 
 from accounting.models import Allocation, UsageHour, WorkloadRecord
-from accounting.policy.findings import (
-    QuietSpan,
-    ReservationWindow,
-    StuckWorkload,
-    Thresholds,
-    UnitWindow,
-    percentile,
-)
+from accounting.policy.findings import Thresholds, UnitWindow, percentile
+from accounting.policy.hold_findings import QuietSpan, ReservationWindow, StuckWorkload
 from accounting.selectors.showback import unit_flavor_usage
 from quotas.models import OrgUnit, ResourceFlavor
 

@@ -27,6 +27,7 @@ from accounting.selectors.usage import telemetry_hours
 from quotas.access import within_any
 from quotas.models import Budget, BudgetSpend, ClusterKind, OrgUnit
 from quotas.policy import budgets as bud
+from quotas.policy.budget_effects import subtree_ids
 from quotas.selectors import BUDGET_FIELDS, budget_core, subtree
 from quotas.services.budget_spend import SpendRecord, budget_spend_record
 from quotas.services.enforce import enforce_clusters_soon
@@ -154,7 +155,7 @@ def budgets_evaluate(*, now: datetime | None = None) -> dict[str, Any]:
             hour = max(start, _next_hour(reset_at))
             if hour not in since:
                 since[hour] = _sums(hour, now, flavors)
-            for uid in bud.subtree_ids(children, row.unit_id):
+            for uid in subtree_ids(children, row.unit_id):
                 within, borrowed = since[hour].get((uid, row.flavor_id), (0.0, 0.0))
                 if within or borrowed:
                     by_unit[str(uid)] = [round(within, 4), round(bud.BORROWED_FACTOR * borrowed, 4)]

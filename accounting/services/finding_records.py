@@ -16,11 +16,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 
 from accounting.models import Finding, FindingState
-from accounting.policy.findings import (
-    BUDGET_KINDS,
-    FindingKind,
-    Found,
-)
+from accounting.policy.findings import BUDGET_KINDS, FindingKind, Found
 from quotas.access import Viewer
 from quotas.models import OrgUnit
 from quotas.services.audit import audit_event, audit_write

@@ -18,12 +18,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from accounting.policy.findings import (
-    Found,
-    Thresholds,
+from accounting.policy.findings import Found, Thresholds, demand_above_guarantee, idle_guarantees
+from accounting.policy.hold_findings import (
     contracts_not_honoured,
-    demand_above_guarantee,
-    idle_guarantees,
     idle_reservations,
     stuck_reservations,
     zombie_allocations,

@@ -35,7 +35,9 @@ from accounting.policy.backtest import (
     simulate,
     totals,
 )
-from accounting.policy.planner import Item, Plan, Settings, Unmet, check_plan, evidence, make_plan
+from accounting.policy.plan_check import check_plan
+from accounting.policy.plan_model import Item, Plan, Settings, Unmet, evidence
+from accounting.policy.planner import make_plan
 from accounting.selectors.showback import showback_period
 from quotas.models import OrgUnit
 from quotas.policy.capacity import reclaimable

@@ -2,17 +2,13 @@
 
 Every denial says which rule, the numbers, and what to do. ``decide`` runs them in order; the first
 denial is the answer, and an UPDATE compares the whole list with the old object's (see decide.py).
-"""
+The review and decision types are in .review, the device checks in .device_checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
-
 from quotas.policy.durations import DurationError, format_duration, parse_duration
 
+from .device_checks import devices, may_use
 from .model import (
     ANNOTATION_CHECKPOINT,
     LABEL_CONTRACT,
@@ -20,157 +16,8 @@ from .model import (
     LABEL_OWNER,
     LABEL_PROJECT,
     LABEL_TIER,
-    AdmissionPolicy,
-    NamespaceRule,
-    TierRule,
 )
-from .workload import PodSet, describe_requirements, node_requirements
-
-WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"
-MAX_WARNING = 120
-"""Characters per admission warning: Kubernetes asks to keep them under 120 (longer ones may be cut)."""
-KUBERNETES_DEFAULT_GRACE_S = 30
-"""The API server defaults ``terminationGracePeriodSeconds`` to 30 in every pod spec before mutating
-admission, so 30 reads as "not chosen": the mutating webhook replaces it with the contract's grace on
-opportunistic tiers, and it is never refused as above the contract. A grace the user chose above the
-contract's is refused; below it, allowed (the pod exits sooner than it may)."""
-
-
-class Reason(StrEnum):
-    ALLOWED = "allowed"
-    NOT_CHECKED = "not_checked"
-    """DELETE/CONNECT, or a namespace exempt from Allot's rules."""
-    OWNED = "owned"
-    """Created by a trusted controller for a workload Allot already judged (Kueue's Workload for a Job,
-    the Job controller's pods): only its devices are checked."""
-    UNCHANGED = "unchanged"
-    """An UPDATE that adds no violation the object did not already have."""
-    MALFORMED = "malformed"
-    TOO_LARGE = "too_large"
-    POLICY_UNAVAILABLE = "policy_unavailable"
-    UNSUPPORTED_KIND = "unsupported_kind"
-    NAMESPACE_UNBOUND = "namespace_unbound"
-    MISSING_LABEL = "missing_label"
-    UNKNOWN_OWNER = "unknown_owner"
-    UNKNOWN_PROJECT = "unknown_project"
-    TIER_NOT_ALLOWED = "tier_not_allowed"
-    WRONG_CONTRACT = "wrong_contract"
-    WRONG_QUEUE = "wrong_queue"
-    WRONG_PRIORITY_CLASS = "wrong_priority_class"
-    EXCEEDS_CEILING = "exceeds_ceiling"
-    UNKNOWN_FLAVOR = "unknown_flavor"
-    UNGOVERNED_ACCELERATOR = "ungoverned_accelerator"
-    RUNTIME_REQUIRED = "runtime_required"
-    RUNTIME_TOO_LONG = "runtime_too_long"
-    CHECKPOINT_REQUIRED = "checkpoint_required"
-    CHECKPOINT_TOO_SLOW = "checkpoint_too_slow"
-    GRACE_TOO_LONG = "grace_too_long"
-    BUDGET_SPENT = "budget_spent"
-
-
-@dataclass(frozen=True)
-class Decision:
-    allowed: bool
-    reason: Reason
-    message: str = ""
-    warnings: tuple[str, ...] = ()
-    patch: tuple[Mapping[str, Any], ...] = ()
-    unit: str = ""
-    kind: str = ""
-
-
-RUNTIME_FIELDS = {
-    "Pod": "spec.activeDeadlineSeconds",
-    "Job": "spec.activeDeadlineSeconds",
-    "RayJob": "spec.activeDeadlineSeconds",
-    "PyTorchJob": "spec.runPolicy.activeDeadlineSeconds",
-    "Workload": "spec.maximumExecutionTimeSeconds",
-}
-"""Where each kind carries its own runtime limit (JobSet has none: the label only)."""
-
-
-@dataclass
-class Review:
-    """One object under review, with what the checks read from it (labels, or a Workload's spec)."""
-
-    policy: AdmissionPolicy
-    group: str
-    kind: str
-    obj: Mapping[str, Any]
-    rule: NamespaceRule
-    sets: list[PodSet]
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    patch: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def is_workload(self) -> bool:
-        """A Kueue Workload: Kueue acts on its spec (queueName, priorityClassRef, …), not its labels."""
-        return self.kind == "Workload"
-
-    @property
-    def spec(self) -> Mapping[str, Any]:
-        spec = self.obj.get("spec")
-        return spec if isinstance(spec, Mapping) else {}
-
-    def queue(self) -> str | None:
-        if self.is_workload:
-            return _str(self.spec.get("queueName"))
-        return self.labels.get("kueue.x-k8s.io/queue-name")
-
-    def priority_class(self) -> str | None:
-        if self.is_workload:
-            ref = self.spec.get("priorityClassRef")
-            if not isinstance(ref, Mapping):
-                return None
-            if (ref.get("group"), ref.get("kind")) != (WPC_GROUP, WPC_KIND):
-                return f"{ref.get('kind')}/{ref.get('name')}"
-            return _str(ref.get("name"))
-        return self.labels.get("kueue.x-k8s.io/priority-class")
-
-    def tier_name(self) -> str | None:
-        """The tier label; on a Workload without one, the tier whose priority class it references."""
-        tier = self.labels.get(LABEL_TIER)
-        if tier or not self.is_workload:
-            return tier or None
-        cls = self.priority_class()
-        return next((t.name for t in self.rule.tiers.values() if t.priority_class == cls), None)
-
-    def tier(self) -> TierRule | None:
-        name = self.tier_name()
-        return self.rule.tiers.get(name) if name else None
-
-    def runtime_s(self) -> int | None:
-        """The shortest runtime limit the object declares (Kueue's label, or the kind's own field);
-        -1 when one is not a whole number."""
-        found: list[int] = []
-        label = self.labels.get(LABEL_MAX_EXEC)
-        if label is not None and not self.is_workload:
-            found.append(int(label) if label.isdigit() else -1)
-        path = RUNTIME_FIELDS.get(self.kind)
-        if path:
-            value: Any = self.obj
-            for part in path.split("."):
-                value = value.get(part) if isinstance(value, Mapping) else None
-            if value is not None:
-                found.append(value if isinstance(value, int) and not isinstance(value, bool) else -1)
-        return min(found) if found else None
-
-    def checkpoint(self) -> str | None:
-        return self.annotations.get(ANNOTATION_CHECKPOINT) or self.labels.get(ANNOTATION_CHECKPOINT)
-
-    def deny(self, reason: Reason, message: str) -> Decision:
-        return Decision(False, reason, message, (), (), self.rule.unit_path, self.kind)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-Check = Callable[[Review], list[Decision]]
-
-
-# --- who: labels --------------------------------------------------------------------------------
+from .review import KUBERNETES_DEFAULT_GRACE_S, MAX_WARNING, RUNTIME_FIELDS, Check, Decision, Reason, Review
 
 
 def labels(r: Review) -> list[Decision]:
@@ -220,9 +67,6 @@ def labels(r: Review) -> list[Decision]:
     return found
 
 
-# --- where: queue and priority ----------------------------------------------------------------------
-
-
 def queue_and_priority(r: Review) -> list[Decision]:
     rule, tier = r.rule, r.tier()
     found = []
@@ -256,115 +100,6 @@ def queue_and_priority(r: Review) -> list[Decision]:
             )
         )
     return found
-
-
-# --- how much: devices and flavors -----------------------------------------------------------------
-
-
-def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
-    """The flavors a pod set may land on given its node selector AND its required node affinity (any
-    of its terms), as Kubernetes combines them; None when no requirement names a flavor label (any
-    flavor); () when no flavor satisfies them. Requirements on labels no flavor uses are left to
-    the scheduler; a flavor that lacks a flavor label another flavor uses is not ruled out by it."""
-    keys = r.policy.flavor_label_keys
-    selector, terms = node_requirements(podset.spec)
-    if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):
-        return None
-    return tuple(
-        f.name
-        for f in r.policy.flavors
-        if all(_holds(f.node_labels, req, keys) for req in selector)
-        and (not terms or any(all(_holds(f.node_labels, req, keys) for req in term) for term in terms))
-    )
-
-
-def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ...]], keys: Any) -> bool:
-    key, op, values = requirement
-    if key not in keys or key not in labels:
-        return True  # not a flavor label, or not one this flavor's nodes are known by
-    value = labels[key]
-    if op == "In":
-        return value in values
-    if op == "NotIn":
-        return value not in values
-    if op == "Exists":
-        return True
-    if op == "DoesNotExist":
-        return False
-    if op in ("Gt", "Lt") and values and value.lstrip("-").isdigit() and values[0].lstrip("-").isdigit():
-        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
-    return True
-
-
-def _where(flavors: tuple[str, ...] | None) -> str:
-    if flavors is None:
-        return "on any flavor"
-    return f"on {flavors[0]}" if len(flavors) == 1 else f"on any of {', '.join(flavors)}"
-
-
-def _unknown_pin(r: Review, podset: PodSet, what: str) -> Decision:
-    known = "; ".join(
-        f"{f.name} ({', '.join(f'{k}={v}' for k, v in sorted(f.node_labels.items()))})" for f in r.policy.flavors
-    )
-    return r.deny(
-        Reason.UNKNOWN_FLAVOR,
-        f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which {what} cluster {r.policy.cluster} "
-        f"has: it would wait forever; flavors: {known or 'none'}",
-    )
-
-
-def devices(r: Review) -> list[Decision]:
-    """Per group of pod sets that may land on the same flavors: the devices they hold at once must fit
-    the largest ceiling among those flavors; a pin no flavor matches, and accelerators Allot does not
-    count, are refused."""
-    policy, rule = r.policy, r.rule
-    found = []
-    groups: dict[tuple[str, ...] | None, int] = {}
-    for podset in r.sets:
-        ungoverned = podset.ungoverned(policy.accelerators)
-        if ungoverned:
-            found.append(
-                r.deny(
-                    Reason.UNGOVERNED_ACCELERATOR,
-                    f"{podset.name} asks for {', '.join(ungoverned)}, which Allot does not count on cluster "
-                    f"{policy.cluster}: request {' or '.join(sorted(policy.accelerators))}, or ask a platform "
-                    f"admin to map it to a flavor (ALLOT_ADMISSION_ACCELERATORS)",
-                )
-            )
-        if not podset.count:
-            continue
-        fitting = fitting_flavors(r, podset)
-        if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
-            found.append(_unknown_pin(r, podset, "no flavor of"))
-            continue
-        for flavor, per_pod in podset.devices_per_pod(policy.accelerators).items():
-            key: tuple[str, ...] | None = fitting
-            if flavor is not None:  # a resource mapped to one flavor: the pin must allow it
-                if fitting is not None and flavor not in fitting:
-                    found.append(_unknown_pin(r, podset, f"not {flavor} (where its devices are), nor any flavor of"))
-                    continue
-                key = (flavor,)
-            groups[key] = groups.get(key, 0) + podset.count * per_pod
-    for key, wanted in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        names = tuple(rule.ceilings) if key is None else key
-        limit = max((rule.ceilings.get(n, 0) for n in names), default=0)
-        if wanted <= limit:
-            continue
-        if limit == 0:
-            message = (
-                f"asks for {wanted} GPUs {_where(key)}, but {rule.unit_path} has no quota there: "
-                f"ask for quota in Allot, or use a flavor it has"
-            )
-        else:
-            message = (
-                f"asks for {wanted} GPUs {_where(key)}, but {rule.unit_path} can never hold more than {limit} there "
-                f"(guarantee + burst): it would wait forever; ask for at most {limit}, or request a larger quota"
-            )
-        found.append(r.deny(Reason.EXCEEDS_CEILING, message))
-    return found
-
-
-# --- how long: runtime, checkpoints, grace ---------------------------------------------------------
 
 
 def runtime(r: Review) -> list[Decision]:
@@ -450,7 +185,7 @@ def budgets(r: Review) -> list[Decision]:
     tier = r.tier_name() or r.rule.default_tier
     found = []
     for budget in r.rule.budgets:
-        if budget.stops and tier in budget.tiers and _may_use(r, budget.flavor):
+        if budget.stops and tier in budget.tiers and may_use(r, budget.flavor):
             found.append(
                 r.deny(
                     Reason.BUDGET_SPENT,
@@ -473,21 +208,11 @@ def budget_warnings(r: Review) -> list[str]:
             f"({b.spent_h:,.0f}/{b.allowance_h:,.0f} GPU-h; resets {b.resets})"
         )[:MAX_WARNING]
         for b in r.rule.budgets
-        if b.warn and tier in b.tiers and _may_use(r, b.flavor)
+        if b.warn and tier in b.tiers and may_use(r, b.flavor)
     ]
 
 
-def _may_use(r: Review, flavor: str) -> bool:
-    """Some pod set asks for devices that may land on ``flavor``."""
-    for podset in r.sets:
-        if not podset.count:
-            continue
-        fitting = fitting_flavors(r, podset)
-        for mapped in podset.devices_per_pod(r.policy.accelerators):
-            if (mapped is None or mapped == flavor) and (fitting is None or flavor in fitting):
-                return True
-    return False
-
-
 FULL: tuple[Check, ...] = (labels, queue_and_priority, devices, runtime, opportunistic, budgets)
+
+
 OWNED: tuple[Check, ...] = (devices,)

@@ -17,20 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import (
-    FULL,
-    KUBERNETES_DEFAULT_GRACE_S,
-    MAX_WARNING,
-    OWNED,
-    RUNTIME_FIELDS,
-    WPC_GROUP,
-    WPC_KIND,
-    Decision,
-    Reason,
-    Review,
-    budget_warnings,
-    fitting_flavors,
-)
+from .checks import FULL, OWNED, budget_warnings
+from .device_checks import fitting_flavors
 from .model import (
     ANNOTATION_GPU_MEMORY,
     GOVERNANCE_LABELS,
@@ -40,6 +28,16 @@ from .model import (
     LABEL_QUEUE,
     LABEL_TIER,
     AdmissionPolicy,
+)
+from .review import (
+    KUBERNETES_DEFAULT_GRACE_S,
+    MAX_WARNING,
+    RUNTIME_FIELDS,
+    WPC_GROUP,
+    WPC_KIND,
+    Decision,
+    Reason,
+    Review,
 )
 from .workload import KINDS, WorkloadError, pod_sets
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, covers_all, period_bounds
+from quotas.policy.budget_effects import covers_all
+from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, period_bounds
 from quotas.policy.kueue.translate import KueueTarget, kueue_name, priority_class_name
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import OrgSnapshot

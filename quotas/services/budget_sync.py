@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from quotas.models import BudgetAction, BudgetSpend, Cluster, ClusterKind
 from quotas.policy import budgets as bud
+from quotas.policy.budget_effects import effects, subtree_ids
 from quotas.policy.snapshot import OrgSnapshot
 
 from .budget_spend import budget_usage_reset
@@ -26,7 +27,7 @@ def budget_notes(snapshot: OrgSnapshot, cluster: Cluster, at: datetime) -> list[
     """One sentence per spent budget on this cluster's flavors and what the sync makes of it."""
     prefix = f"{cluster.name}/"
     notes = []
-    for e in bud.effects(snapshot.budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, at):
+    for e in effects(snapshot.budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, at):
         if not e.flavor.startswith(prefix):
             continue
         path = snapshot.path(e.unit_id)
@@ -68,7 +69,7 @@ def slurm_resets(
     ]
     names = set()
     for spend in due:
-        for uid in bud.subtree_ids(snapshot.children, spend.budget.unit_id):
+        for uid in subtree_ids(snapshot.children, spend.budget.unit_id):
             if uid in snapshot.units:
                 account = target.accounts.get(uid) or snapshot.units[uid].slug
                 names |= {target.guar(account), target.burst(account)} & compiled

@@ -16,7 +16,8 @@ from django.utils import timezone
 from quotas.errors import InputError, StaleVersionError
 from quotas.models import Budget, OrgUnit, WorkloadTier
 from quotas.policy import budgets as bud
-from quotas.policy.violations import PolicyViolationError
+from quotas.policy.budget_checks import check_budget_edits
+from quotas.policy.violations import PolicyViolationError, Violation
 from quotas.selectors import BUDGET_FIELDS as FIELDS
 from quotas.selectors import budget_core, budget_maps, flavor_keys
 
@@ -135,7 +136,7 @@ def _rows_q(changes: Sequence[BudgetChange]) -> Q:
     return q
 
 
-def _check(edits: Mapping[bud.BudgetKey, bud.Budget], now: datetime) -> list[bud.Violation]:
+def _check(edits: Mapping[bud.BudgetKey, bud.Budget], now: datetime) -> list[Violation]:
     """The core's budget checks on the edited units' neighbourhood (parents, siblings, children) with
     this period's spend of each edited budget."""
     units = {uid for uid, _ in edits}
@@ -155,9 +156,7 @@ def _check(edits: Mapping[bud.BudgetKey, bud.Budget], now: datetime) -> list[bud
         if key in spends and spends[key].period_start == bud.period_bounds(budget.period, now)[0]
     }
     tiers = WorkloadTier.objects.values_list("name", flat=True)
-    return bud.check_budget_edits(
-        edits, budgets=budgets, parents=parents, paths=paths, tiers=tiers, spent=spent, now=now
-    )
+    return check_budget_edits(edits, budgets=budgets, parents=parents, paths=paths, tiers=tiers, spent=spent, now=now)
 
 
 @transaction.atomic
@@ -246,7 +245,7 @@ def _plan(
     return plan, edits
 
 
-def budget_proposal(changes: Sequence[BudgetChange]) -> tuple[list[BudgetChange], list[bud.Violation]]:
+def budget_proposal(changes: Sequence[BudgetChange]) -> tuple[list[BudgetChange], list[Violation]]:
     """``changes`` as they would be set now — every field parsed (InputError naming the first bad
     one), with the version each is based on — and what setting them would break. Writes nothing:
     change requests record the first and show the second."""

@@ -33,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from ..budgets import BudgetAction, effects
+from ..budget_effects import effects
+from ..budgets import BudgetAction
 from ..quantity import Resource, format_quantity
 from ..snapshot import ZERO, Contract, OrgSnapshot, UnitKind
 

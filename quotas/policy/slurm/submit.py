@@ -17,7 +17,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..budgets import BudgetAction, effects
+from ..budget_effects import effects
+from ..budgets import BudgetAction
 from ..capacity import effective_ceiling
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot

@@ -53,7 +53,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..budgets import BORROWED_FACTOR, BudgetAction, effects, slurm_minutes
+from ..budget_effects import effects, slurm_minutes
+from ..budgets import BORROWED_FACTOR, BudgetAction
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
 from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser

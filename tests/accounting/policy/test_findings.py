@@ -9,17 +9,19 @@ from decimal import Decimal
 
 from accounting.policy.findings import (
     FindingKind,
+    Thresholds,
+    UnitWindow,
+    demand_above_guarantee,
+    idle_guarantees,
+    percentile,
+)
+from accounting.policy.hold_findings import (
     QuietSpan,
     Reclaim,
     ReservationWindow,
     StuckWorkload,
-    Thresholds,
-    UnitWindow,
     contracts_not_honoured,
-    demand_above_guarantee,
-    idle_guarantees,
     idle_reservations,
-    percentile,
     stuck_reservations,
     zombie_allocations,
 )

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounting.policy.backtest import FlavorDemand, Reclaim, Terms, reproduction_error, simulate, totals
-from accounting.policy.planner import Settings, Verdict, check_plan, evidence, make_plan, need_curve
+from accounting.policy.plan_check import check_plan
+from accounting.policy.plan_model import Settings, Verdict, evidence, need_curve
+from accounting.policy.planner import make_plan
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource

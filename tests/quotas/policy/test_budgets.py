@@ -6,6 +6,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from quotas.policy.budget_checks import check_budget_edits
+from quotas.policy.budget_effects import in_force, slurm_minutes
 from quotas.policy.budgets import (
     Budget,
     BudgetAction,
@@ -15,10 +17,7 @@ from quotas.policy.budgets import (
     budget_status,
     burn_down,
     carried_over,
-    check_budget_edits,
-    in_force,
     period_bounds,
-    slurm_minutes,
 )
 from quotas.policy.violations import ViolationCode
 

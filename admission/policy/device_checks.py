@@ -1,0 +1,125 @@
+"""How much: each pod set's devices against what its unit may ever get on the flavors it may land on
+(node selectors and affinity read as the scheduler reads them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .review import Decision, Reason, Review
+from .workload import PodSet, describe_requirements, node_requirements
+
+
+def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
+    """The flavors a pod set may land on given its node selector AND its required node affinity (any
+    of its terms), as Kubernetes combines them; None when no requirement names a flavor label (any
+    flavor); () when no flavor satisfies them. Requirements on labels no flavor uses are left to
+    the scheduler; a flavor that lacks a flavor label another flavor uses is not ruled out by it."""
+    keys = r.policy.flavor_label_keys
+    selector, terms = node_requirements(podset.spec)
+    if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):
+        return None
+    return tuple(
+        f.name
+        for f in r.policy.flavors
+        if all(_holds(f.node_labels, req, keys) for req in selector)
+        and (not terms or any(all(_holds(f.node_labels, req, keys) for req in term) for term in terms))
+    )
+
+
+def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ...]], keys: Any) -> bool:
+    key, op, values = requirement
+    if key not in keys or key not in labels:
+        return True  # not a flavor label, or not one this flavor's nodes are known by
+    value = labels[key]
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in ("Gt", "Lt") and values and value.lstrip("-").isdigit() and values[0].lstrip("-").isdigit():
+        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+    return True
+
+
+def _where(flavors: tuple[str, ...] | None) -> str:
+    if flavors is None:
+        return "on any flavor"
+    return f"on {flavors[0]}" if len(flavors) == 1 else f"on any of {', '.join(flavors)}"
+
+
+def _unknown_pin(r: Review, podset: PodSet, what: str) -> Decision:
+    known = "; ".join(
+        f"{f.name} ({', '.join(f'{k}={v}' for k, v in sorted(f.node_labels.items()))})" for f in r.policy.flavors
+    )
+    return r.deny(
+        Reason.UNKNOWN_FLAVOR,
+        f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which {what} cluster {r.policy.cluster} "
+        f"has: it would wait forever; flavors: {known or 'none'}",
+    )
+
+
+def devices(r: Review) -> list[Decision]:
+    """Per group of pod sets that may land on the same flavors: the devices they hold at once must fit
+    the largest ceiling among those flavors; a pin no flavor matches, and accelerators Allot does not
+    count, are refused."""
+    policy, rule = r.policy, r.rule
+    found = []
+    groups: dict[tuple[str, ...] | None, int] = {}
+    for podset in r.sets:
+        ungoverned = podset.ungoverned(policy.accelerators)
+        if ungoverned:
+            found.append(
+                r.deny(
+                    Reason.UNGOVERNED_ACCELERATOR,
+                    f"{podset.name} asks for {', '.join(ungoverned)}, which Allot does not count on cluster "
+                    f"{policy.cluster}: request {' or '.join(sorted(policy.accelerators))}, or ask a platform "
+                    f"admin to map it to a flavor (ALLOT_ADMISSION_ACCELERATORS)",
+                )
+            )
+        if not podset.count:
+            continue
+        fitting = fitting_flavors(r, podset)
+        if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
+            found.append(_unknown_pin(r, podset, "no flavor of"))
+            continue
+        for flavor, per_pod in podset.devices_per_pod(policy.accelerators).items():
+            key: tuple[str, ...] | None = fitting
+            if flavor is not None:  # a resource mapped to one flavor: the pin must allow it
+                if fitting is not None and flavor not in fitting:
+                    found.append(_unknown_pin(r, podset, f"not {flavor} (where its devices are), nor any flavor of"))
+                    continue
+                key = (flavor,)
+            groups[key] = groups.get(key, 0) + podset.count * per_pod
+    for key, wanted in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        names = tuple(rule.ceilings) if key is None else key
+        limit = max((rule.ceilings.get(n, 0) for n in names), default=0)
+        if wanted <= limit:
+            continue
+        if limit == 0:
+            message = (
+                f"asks for {wanted} GPUs {_where(key)}, but {rule.unit_path} has no quota there: "
+                f"ask for quota in Allot, or use a flavor it has"
+            )
+        else:
+            message = (
+                f"asks for {wanted} GPUs {_where(key)}, but {rule.unit_path} can never hold more than {limit} there "
+                f"(guarantee + burst): it would wait forever; ask for at most {limit}, or request a larger quota"
+            )
+        found.append(r.deny(Reason.EXCEEDS_CEILING, message))
+    return found
+
+
+def may_use(r: Review, flavor: str) -> bool:
+    """Some pod set asks for devices that may land on ``flavor``."""
+    for podset in r.sets:
+        if not podset.count:
+            continue
+        fitting = fitting_flavors(r, podset)
+        for mapped in podset.devices_per_pod(r.policy.accelerators):
+            if (mapped is None or mapped == flavor) and (fitting is None or flavor in fitting):
+                return True
+    return False

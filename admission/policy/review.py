@@ -1,0 +1,166 @@
+"""What a check reads and answers: the ``Review`` of one object (its pod sets, labels, the policy), the
+``Decision`` (a denial with its reason, numbers and what to do) and the reasons' names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .model import (
+    ANNOTATION_CHECKPOINT,
+    LABEL_MAX_EXEC,
+    LABEL_TIER,
+    AdmissionPolicy,
+    NamespaceRule,
+    TierRule,
+)
+from .workload import PodSet
+
+WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"
+
+
+MAX_WARNING = 120
+"""Characters per admission warning: Kubernetes asks to keep them under 120 (longer ones may be cut)."""
+
+
+KUBERNETES_DEFAULT_GRACE_S = 30
+"""The API server defaults ``terminationGracePeriodSeconds`` to 30 in every pod spec before mutating
+admission, so 30 reads as "not chosen": the mutating webhook replaces it with the contract's grace on
+opportunistic tiers, and it is never refused as above the contract. A grace the user chose above the
+contract's is refused; below it, allowed (the pod exits sooner than it may)."""
+
+
+class Reason(StrEnum):
+    ALLOWED = "allowed"
+    NOT_CHECKED = "not_checked"
+    """DELETE/CONNECT, or a namespace exempt from Allot's rules."""
+    OWNED = "owned"
+    """Created by a trusted controller for a workload Allot already judged (Kueue's Workload for a Job,
+    the Job controller's pods): only its devices are checked."""
+    UNCHANGED = "unchanged"
+    """An UPDATE that adds no violation the object did not already have."""
+    MALFORMED = "malformed"
+    TOO_LARGE = "too_large"
+    POLICY_UNAVAILABLE = "policy_unavailable"
+    UNSUPPORTED_KIND = "unsupported_kind"
+    NAMESPACE_UNBOUND = "namespace_unbound"
+    MISSING_LABEL = "missing_label"
+    UNKNOWN_OWNER = "unknown_owner"
+    UNKNOWN_PROJECT = "unknown_project"
+    TIER_NOT_ALLOWED = "tier_not_allowed"
+    WRONG_CONTRACT = "wrong_contract"
+    WRONG_QUEUE = "wrong_queue"
+    WRONG_PRIORITY_CLASS = "wrong_priority_class"
+    EXCEEDS_CEILING = "exceeds_ceiling"
+    UNKNOWN_FLAVOR = "unknown_flavor"
+    UNGOVERNED_ACCELERATOR = "ungoverned_accelerator"
+    RUNTIME_REQUIRED = "runtime_required"
+    RUNTIME_TOO_LONG = "runtime_too_long"
+    CHECKPOINT_REQUIRED = "checkpoint_required"
+    CHECKPOINT_TOO_SLOW = "checkpoint_too_slow"
+    GRACE_TOO_LONG = "grace_too_long"
+    BUDGET_SPENT = "budget_spent"
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: Reason
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    patch: tuple[Mapping[str, Any], ...] = ()
+    unit: str = ""
+    kind: str = ""
+
+
+RUNTIME_FIELDS = {
+    "Pod": "spec.activeDeadlineSeconds",
+    "Job": "spec.activeDeadlineSeconds",
+    "RayJob": "spec.activeDeadlineSeconds",
+    "PyTorchJob": "spec.runPolicy.activeDeadlineSeconds",
+    "Workload": "spec.maximumExecutionTimeSeconds",
+}
+"""Where each kind carries its own runtime limit (JobSet has none: the label only)."""
+
+
+@dataclass
+class Review:
+    """One object under review, with what the checks read from it (labels, or a Workload's spec)."""
+
+    policy: AdmissionPolicy
+    group: str
+    kind: str
+    obj: Mapping[str, Any]
+    rule: NamespaceRule
+    sets: list[PodSet]
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    patch: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def is_workload(self) -> bool:
+        """A Kueue Workload: Kueue acts on its spec (queueName, priorityClassRef, …), not its labels."""
+        return self.kind == "Workload"
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        spec = self.obj.get("spec")
+        return spec if isinstance(spec, Mapping) else {}
+
+    def queue(self) -> str | None:
+        if self.is_workload:
+            return text_of(self.spec.get("queueName"))
+        return self.labels.get("kueue.x-k8s.io/queue-name")
+
+    def priority_class(self) -> str | None:
+        if self.is_workload:
+            ref = self.spec.get("priorityClassRef")
+            if not isinstance(ref, Mapping):
+                return None
+            if (ref.get("group"), ref.get("kind")) != (WPC_GROUP, WPC_KIND):
+                return f"{ref.get('kind')}/{ref.get('name')}"
+            return text_of(ref.get("name"))
+        return self.labels.get("kueue.x-k8s.io/priority-class")
+
+    def tier_name(self) -> str | None:
+        """The tier label; on a Workload without one, the tier whose priority class it references."""
+        tier = self.labels.get(LABEL_TIER)
+        if tier or not self.is_workload:
+            return tier or None
+        cls = self.priority_class()
+        return next((t.name for t in self.rule.tiers.values() if t.priority_class == cls), None)
+
+    def tier(self) -> TierRule | None:
+        name = self.tier_name()
+        return self.rule.tiers.get(name) if name else None
+
+    def runtime_s(self) -> int | None:
+        """The shortest runtime limit the object declares (Kueue's label, or the kind's own field);
+        -1 when one is not a whole number."""
+        found: list[int] = []
+        label = self.labels.get(LABEL_MAX_EXEC)
+        if label is not None and not self.is_workload:
+            found.append(int(label) if label.isdigit() else -1)
+        path = RUNTIME_FIELDS.get(self.kind)
+        if path:
+            value: Any = self.obj
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, Mapping) else None
+            if value is not None:
+                found.append(value if isinstance(value, int) and not isinstance(value, bool) else -1)
+        return min(found) if found else None
+
+    def checkpoint(self) -> str | None:
+        return self.annotations.get(ANNOTATION_CHECKPOINT) or self.labels.get(ANNOTATION_CHECKPOINT)
+
+    def deny(self, reason: Reason, message: str) -> Decision:
+        return Decision(False, reason, message, (), (), self.rule.unit_path, self.kind)
+
+
+def text_of(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+Check = Callable[[Review], list[Decision]]
