@@ -2,9 +2,15 @@
 devices over the minutes that had telemetry (``GET /metrics/usage``; deploy/grafana/ has a dashboard).
 
     allot_unit_guarantee, allot_unit_allocated, allot_unit_borrowed, allot_unit_lent, allot_unit_pending
-      {unit="acme/research/nlp", flavor="a100-80gb", cluster="k8s-west"}
+      {unit="acme/research/nlp", flavor="a100-80gb", cluster="k8s-west",
+       department="research", cost_centre="CC-1100", kueue_unit="acme.research.nlp"}
     allot_unit_active   measured activity (DCGM), only where it was measured
     allot_usage_hour_timestamp_seconds   the hour they describe
+
+``department``, ``cost_centre`` and ``kueue_unit`` are the values Allot stamps on the unit's Kueue objects,
+which Kueue's ``metrics.customLabels`` promote onto its own metrics as ``custom_department``,
+``custom_cost_centre`` and ``custom_unit``: the two sets join in PromQL (the dashboard's "Kueue beside
+Allot" panels).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from accounting.selectors.usage import latest_usage
+from accounting.selectors.usage import latest_usage, unit_org_labels
 
 MEASURES = {
     "guarantee": "Guarantee, in devices",
@@ -31,18 +37,18 @@ MEASURES = {
 class UsageCollector(Collector):
     def collect(self):  # type: ignore[no-untyped-def]
         rows = latest_usage()
+        org = unit_org_labels() if rows else {}
+        names = ["unit", "flavor", "cluster", "department", "cost_centre", "kueue_unit"]
         families = {
-            m: GaugeMetricFamily(f"allot_unit_{m}", help_text, labels=["unit", "flavor", "cluster"])
-            for m, help_text in MEASURES.items()
+            m: GaugeMetricFamily(f"allot_unit_{m}", help_text, labels=names) for m, help_text in MEASURES.items()
         }
         active = GaugeMetricFamily(
-            "allot_unit_active",
-            "Devices busy, as DCGM measured them (absent where unmeasured)",
-            labels=["unit", "flavor", "cluster"],
+            "allot_unit_active", "Devices busy, as DCGM measured them (absent where unmeasured)", labels=names
         )
         for row in rows:
             hours = row["minutes"] / 60
-            labels = [row["unit__path"], row["flavor__name"], row["flavor__cluster__name"]]
+            path = row["unit__path"]
+            labels = [path, row["flavor__name"], row["flavor__cluster__name"], *org.get(path, ("", "", ""))]
             for measure, family in families.items():
                 family.add_metric(labels, row[measure] / hours)
             if row["active"] is not None:

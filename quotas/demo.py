@@ -69,6 +69,8 @@ TREE: list[tuple[str, str, float, int, str | None, float, str | None]] = [
     ("platform/data-eng", "team", 0.30, 1, None, 0.5, "lead-data-eng"),
     ("platform/safety", "team", 0.25, 1, None, 0.5, "lead-safety"),
 ]
+COST_CENTRES = {"acme": "CC-1000", "research": "CC-1100", "production": "CC-1200", "platform": "CC-1300"}
+"""Finance cost centres (teams inherit their department's): stamped on the Kueue objects for Kueue's metrics."""
 BURST = {"organisation": 0.0, "department": 0.25, "team": 0.5, "project": 0.5}
 SLURM_USERS = {
     "research/nlp": ["alice", "dave"],
@@ -116,7 +118,14 @@ def load_demo() -> bool:
     _catalogue(admin)
     flavors = list(ResourceFlavor.objects.select_related("cluster"))
     org = services.org_unit_create(
-        actor=admin, reason=REASON, parent=None, kind="organisation", slug="acme", name="Acme AI", contract=None
+        actor=admin,
+        reason=REASON,
+        parent=None,
+        kind="organisation",
+        slug="acme",
+        name="Acme AI",
+        contract=None,
+        cost_centre=COST_CENTRES["acme"],
     )
     services.org_unit_update(actor=admin, reason=REASON, unit=org, contract=_contract("standard"))
     guarantees = {"acme": {f.key: f.physical_devices - f.headroom_devices - _reserved(f) for f in flavors}}
@@ -143,6 +152,7 @@ def load_demo() -> bool:
             contract=_contract(contract) if contract else None,
             slurm_account=slug,
             leads=[demo_user(lead)] if lead else [],
+            cost_centre=COST_CENTRES.get(path, ""),
         )
         units[unit.path] = unit
         guarantees[unit.path] = {k: int(g * share) for k, g in guarantees[parent_path].items()}

@@ -146,8 +146,11 @@ def _snapshot(units: QuerySet[OrgUnit], quotas: QuerySet[Quota], *, complete: bo
             float(row["weight"]),
             contract_names.get(row["contract_id"]),
             row["kueue_name"] or None,
+            row["cost_centre"] or None,
         )
-        for row in units.values("id", "slug", "kind", "parent_id", "path", "weight", "contract_id", "kueue_name")
+        for row in units.values(
+            "id", "slug", "kind", "parent_id", "path", "weight", "contract_id", "kueue_name", "cost_centre"
+        )
     }
     quota_map = {
         (row["unit_id"], keys[row["flavor_id"]], Resource(row["resource"])): snap.Quota(
@@ -268,6 +271,8 @@ def kueue_target(cluster: Cluster) -> KueueTarget:
         local_queue_names=local_queues,
         revision=policy_revision(),
         at=timezone.now(),
+        sharing=cluster.kueue_sharing,
+        half_life_s=cluster.fairshare_half_life,
     )
 
 

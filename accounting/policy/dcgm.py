@@ -41,6 +41,10 @@ MODEL_LABELS = ("exported_modelName", "modelName")
 """Where both are set, the ``exported_`` one is the exporter's: the plain one is then the scrape
 target's own (the dcgm-exporter pod's namespace), which Prometheus put there when they clashed."""
 RENAMED = {"pod": "exported_pod", "namespace": "exported_namespace", "hpc_job": "exported_hpc_job"}
+QUEUE_LABELS = ("kueue_x_k8s_io_cluster_queue_name", "label_kueue_x_k8s_io_cluster_queue_name")
+"""Kueue's pod label ``kueue.x-k8s.io/cluster-queue-name`` as the exporter's pod-label option (or a
+kube-state-metrics join) spells it: the ClusterQueue the pod's Workload was admitted to, which names the
+unit when its namespace is bound to none (a shared namespace)."""
 DEVICE_LABELS = ("UUID", "uuid", "GPU_I_ID", "Hostname", "hostname", "gpu")
 
 
@@ -60,6 +64,8 @@ class Owner:
     pod: str = ""
     job: str = ""
     model: str = ""
+    queue: str = ""
+    """The Kueue ClusterQueue it was admitted to, where the series says (``QUEUE_LABELS``)."""
 
     @property
     def held(self) -> bool:
@@ -98,6 +104,7 @@ def owner_of(labels: Mapping[str, str], renamed: bool = False) -> Owner:
         pod=first_label(labels, [n for n in POD_LABELS if n not in skip]),
         job=first_label(labels, [n for n in JOB_LABELS if n not in skip]),
         model=first_label(labels, MODEL_LABELS),
+        queue=first_label(labels, QUEUE_LABELS),
     )
 
 

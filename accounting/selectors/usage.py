@@ -220,6 +220,24 @@ def latest_usage() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def unit_org_labels() -> dict[str, tuple[str, str, str]]:
+    """Per active unit path: its department, its cost centre (inherited) and its Kueue unit label — the
+    values its Kueue objects carry (quotas.policy.kueue.translate), so Allot's and Kueue's metrics join."""
+    from quotas.policy.kueue.translate import kueue_name, label_value
+    from quotas.selectors import org_snapshot
+
+    snapshot = org_snapshot(include_quotas=False)
+    found = {}
+    for uid, unit in snapshot.units.items():
+        department = snapshot.department(uid)
+        found[unit.path] = (
+            department.slug if department else "",
+            snapshot.effective_cost_centre(uid) or "",
+            label_value(unit.kueue_name or kueue_name(unit.path)),
+        )
+    return found
+
+
 def telemetry_hours(start: datetime, end: datetime, flavors: Iterable[int] | None = None) -> dict[int, int]:
     """Hours of [start, end) with telemetry (any rollup row) per flavor (of ``flavors`` when given): one
     GROUP BY flavor, hour — cheaper than COUNT(DISTINCT hour). A gap is missing data, never idle."""

@@ -7,16 +7,10 @@ The review and decision types are in .review, the device checks in .device_check
 from __future__ import annotations
 
 from quotas.policy.durations import DurationError, format_duration, parse_duration
+from quotas.policy.labels import LABEL_CONTRACT, LABEL_OWNER, LABEL_PROJECT, LABEL_TIER
 
 from .device_checks import devices, may_use
-from .model import (
-    ANNOTATION_CHECKPOINT,
-    LABEL_CONTRACT,
-    LABEL_MAX_EXEC,
-    LABEL_OWNER,
-    LABEL_PROJECT,
-    LABEL_TIER,
-)
+from .model import ANNOTATION_CHECKPOINT, LABEL_MAX_EXEC
 from .review import KUBERNETES_DEFAULT_GRACE_S, MAX_WARNING, RUNTIME_FIELDS, Check, Decision, Reason, Review
 
 

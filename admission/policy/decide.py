@@ -17,18 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from quotas.policy.labels import GOVERNANCE_LABELS, LABEL_CONTRACT, LABEL_TIER
+
 from .checks import FULL, OWNED, budget_warnings
 from .device_checks import fitting_flavors
-from .model import (
-    ANNOTATION_GPU_MEMORY,
-    GOVERNANCE_LABELS,
-    LABEL_CONTRACT,
-    LABEL_MAX_EXEC,
-    LABEL_PRIORITY,
-    LABEL_QUEUE,
-    LABEL_TIER,
-    AdmissionPolicy,
-)
+from .model import ANNOTATION_GPU_MEMORY, LABEL_MAX_EXEC, LABEL_PRIORITY, LABEL_QUEUE, AdmissionPolicy
 from .review import (
     KUBERNETES_DEFAULT_GRACE_S,
     MAX_WARNING,

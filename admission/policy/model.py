@@ -15,17 +15,12 @@ from quotas.policy.kueue.translate import KueueTarget, kueue_name, priority_clas
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import OrgSnapshot
 
-LABEL_OWNER = "allot.dev/owner"
-LABEL_PROJECT = "allot.dev/project"
-LABEL_TIER = "allot.dev/tier"
-LABEL_CONTRACT = "allot.dev/contract"
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 LABEL_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 ANNOTATION_CHECKPOINT = "allot.dev/checkpoint-every"
 """Accepted as an annotation or a label (the annotation wins when both are set)."""
 ANNOTATION_GPU_MEMORY = "allot.dev/gpu-memory-gb"
-GOVERNANCE_LABELS = (LABEL_OWNER, LABEL_PROJECT, LABEL_TIER, LABEL_CONTRACT)
 """Copied by the mutating webhook into every pod template, so the pods a controller creates carry them."""
 DEFAULT_ACCELERATORS: Mapping[str, str | None] = {"nvidia.com/gpu": None}
 """Extended resources counted as devices, and the flavor each belongs to (None: whichever flavor the

@@ -8,14 +8,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .model import (
-    ANNOTATION_CHECKPOINT,
-    LABEL_MAX_EXEC,
-    LABEL_TIER,
-    AdmissionPolicy,
-    NamespaceRule,
-    TierRule,
-)
+from quotas.policy.labels import LABEL_TIER
+
+from .model import ANNOTATION_CHECKPOINT, LABEL_MAX_EXEC, AdmissionPolicy, NamespaceRule, TierRule
 from .workload import PodSet
 
 WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"

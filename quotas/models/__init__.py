@@ -12,6 +12,7 @@ from .catalogue import (
     Cluster,
     ClusterKind,
     DriftPolicy,
+    KueueSharing,
     PreemptionPolicy,
     ReclamationContract,
     ResourceFlavor,
@@ -19,6 +20,7 @@ from .catalogue import (
     WithinQueuePolicy,
     WorkloadTier,
     slug_validator,
+    validate_label_value,
     validate_node_labels,
 )
 from .records import (
@@ -61,6 +63,7 @@ __all__ = [
     "Cluster",
     "ClusterKind",
     "DriftPolicy",
+    "KueueSharing",
     "Membership",
     "NamespaceBinding",
     "OrgUnit",
@@ -78,5 +81,6 @@ __all__ = [
     "WithinQueuePolicy",
     "WorkloadTier",
     "slug_validator",
+    "validate_label_value",
     "validate_node_labels",
 ]

@@ -31,6 +31,12 @@ class SubtreeCeilings(models.TextChoices):
     PERMISSIVE = "permissive", "Permissive: every unit keeps its whole burst"
 
 
+class KueueSharing(models.TextChoices):
+    CLASSIC = "classic", "Classic preemption (Kueue's default)"
+    FAIR = "fair", "Kueue fair sharing (preemption by weighted share)"
+    ADMISSION = "admission", "Kueue fair sharing with usage-based admission fair sharing"
+
+
 class Cluster(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     kind = models.CharField(max_length=16, choices=ClusterKind.choices)
@@ -63,8 +69,20 @@ class Cluster(models.Model):
     )
     fairshare_half_life = models.PositiveIntegerField(
         default=7 * 86400,
-        help_text="Slurm only: the cluster's PriorityDecayHalfLife in seconds (default 7 days), with which Allot "
-        "decays usage when it computes fair-share as Slurm does.",
+        help_text="The cluster's fair-share half-life in seconds (default 7 days): on Slurm its "
+        "PriorityDecayHalfLife, with which Allot decays usage when it computes fair-share as Slurm does; on "
+        "Kubernetes with admission fair sharing, Kueue's admissionFairSharing.usageHalfLifeTime (never 0: Kueue "
+        "would reset usage at once, silently disabling it).",
+    )
+    kueue_sharing = models.CharField(
+        max_length=16,
+        choices=KueueSharing.choices,
+        default=KueueSharing.CLASSIC,
+        help_text="Kubernetes only: how Kueue shares unused quota. 'classic': preemption by priority, fair-share "
+        "weights not used; 'fair': Kueue's fair sharing, units borrow and are preempted by their weighted share "
+        "(fairSharing.weight); 'admission': fair sharing plus usage-based admission fair sharing, the queues of "
+        "a ClusterQueue take turns by their decayed usage. The Kueue configuration each needs is served with the "
+        "cluster (GET /api/v1/clusters/{id}/kueue-config/).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -105,6 +123,17 @@ def validate_node_labels(value: object) -> None:
     problems = label_problems(value)
     if problems:
         raise ValidationError(problems)
+
+
+def validate_label_value(value: object) -> None:
+    """A Kubernetes label value (quotas.policy.labels)."""
+    from django.core.exceptions import ValidationError
+
+    from quotas.policy.labels import value_problem
+
+    problem = value_problem(str(value))
+    if problem:
+        raise ValidationError(f"{value!r} is not a Kubernetes label value: give {problem}")
 
 
 class ResourceFlavor(models.Model):

@@ -10,7 +10,15 @@ from django.db.models import F, Q
 
 from quotas.policy import Resource, UnitKind
 
-from .catalogue import PROTECT, Cluster, ReclamationContract, ResourceFlavor, WorkloadTier, slug_validator
+from .catalogue import (
+    PROTECT,
+    Cluster,
+    ReclamationContract,
+    ResourceFlavor,
+    WorkloadTier,
+    slug_validator,
+    validate_label_value,
+)
 
 
 class OrgUnit(models.Model):
@@ -46,6 +54,14 @@ class OrgUnit(models.Model):
         blank=True,
         help_text="Name of its Kueue Cohort/ClusterQueue when adopted from an existing cluster; empty: the "
         "unit path with dots (acme.research.nlp).",
+    )
+    cost_centre = models.CharField(
+        max_length=63,
+        blank=True,
+        validators=[validate_label_value],
+        help_text="Optional: the finance cost centre its spend is charged to (empty: its parent's). Stamped on its "
+        "Kueue objects as allot.dev/cost-centre, so it must be a Kubernetes label value (letters, digits, '-', '_', "
+        "'.'; at most 63).",
     )
     archived_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -22,11 +22,18 @@ class TreeBuilder:
         return key
 
     def unit(
-        self, slug: str, kind: UnitKind, parent: int | None = None, *, weight: float = 1.0, contract: str | None = None
+        self,
+        slug: str,
+        kind: UnitKind,
+        parent: int | None = None,
+        *,
+        weight: float = 1.0,
+        contract: str | None = None,
+        cost_centre: str | None = None,
     ) -> int:
         uid = len(self.units) + 1
         path = slug if parent is None else f"{self.units[parent].path}/{slug}"
-        self.units[uid] = Unit(uid, slug, kind, parent, path, weight, contract)
+        self.units[uid] = Unit(uid, slug, kind, parent, path, weight, contract, cost_centre=cost_centre)
         return uid
 
     def quota(

@@ -13,6 +13,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+LABEL_OWNER = "allot.dev/owner"
+LABEL_PROJECT = "allot.dev/project"
+LABEL_TIER = "allot.dev/tier"
+LABEL_CONTRACT = "allot.dev/contract"
+GOVERNANCE_LABELS = (LABEL_OWNER, LABEL_PROJECT, LABEL_TIER, LABEL_CONTRACT)
+"""What the admission webhook puts on every workload, and Kueue copies into its Workloads
+(``integrations.labelKeysToCopy``): one vocabulary for admission and the Kueue configuration."""
+LABEL_UNIT = "allot.dev/unit"
+LABEL_DEPARTMENT = "allot.dev/department"
+LABEL_COST_CENTRE = "allot.dev/cost-centre"
+ORG_LABELS = (LABEL_UNIT, LABEL_DEPARTMENT, LABEL_COST_CENTRE)
+"""What Allot stamps on its Cohorts, ClusterQueues and LocalQueues so Kueue's own metrics carry the
+organisation (``metrics.customLabels``)."""
+
 NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 MAX_NODE_LABELS = 8
@@ -35,6 +49,13 @@ def label_problems(labels: object, *, limit: int | None = MAX_NODE_LABELS) -> li
                 f"or '.', beginning and ending with a letter or digit"
             )
     return problems
+
+
+def value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a label value, or None."""
+    if value and (len(value) > 63 or not NAME.match(value)):
+        return "at most 63 characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+    return None
 
 
 def _key_problems(key: str) -> list[str]:

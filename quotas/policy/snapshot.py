@@ -46,6 +46,8 @@ class Unit:
     """Name of the contract set on this unit; ``None`` inherits the parent's."""
     kueue_name: str | None = None
     """Name of its Kueue objects when imported under another name; ``None``: derived from the path."""
+    cost_centre: str | None = None
+    """The cost centre its spend is charged to; ``None`` inherits the parent's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,22 @@ class OrgSnapshot:
             name = self.units[uid].contract
             if name is not None:
                 return self.contracts.get(name)
+        return None
+
+    def effective_cost_centre(self, unit_id: int) -> str | None:
+        """The cost centre set on the unit or its nearest ancestor that has one."""
+        for uid in [unit_id, *self.ancestors(unit_id)]:
+            unit = self.units.get(uid)
+            if unit is not None and unit.cost_centre:
+                return unit.cost_centre
+        return None
+
+    def department(self, unit_id: int) -> Unit | None:
+        """The department the unit is (in): itself or its nearest ancestor of that kind."""
+        for uid in [unit_id, *self.ancestors(unit_id)]:
+            unit = self.units.get(uid)
+            if unit is not None and unit.kind is UnitKind.DEPARTMENT:
+                return unit
         return None
 
     def path(self, unit_id: int) -> str:

@@ -175,13 +175,14 @@ def unit_admin(request: HttpRequest, unit_id: int) -> HttpResponse:
             + "."
         ),
         "rename": lambda: (
-            "Saved the name and Slurm account of "
+            "Saved the name, Slurm account and cost centre of "
             + services.org_unit_update(
                 actor=actor,
                 reason=reason,
                 unit=unit,
                 name=post.get("name", "").strip(),
                 slurm_account=post.get("slurm_account", "").strip(),
+                cost_centre=post.get("cost_centre", "").strip(),
             ).path
             + "."
         ),

@@ -88,6 +88,14 @@ def cluster_set(*, actor: Actor, reason: str, name: str, **fields: Any) -> Clust
             f"{prefix!r} is not a QOS name prefix Slurm keeps as it is",
             "use up to 16 lowercase letters, digits, '-', '_' or '.', e.g. 'b-'",
         )
+    sharing = fields.get("kueue_sharing", existing.kueue_sharing if existing else "classic")
+    half_life = fields.get("fairshare_half_life", existing.fairshare_half_life if existing else 7 * 86400)
+    if sharing == "admission" and not half_life:
+        raise InputError(
+            "fairshare_half_life",
+            "admission fair sharing with a half-life of 0 s: Kueue would reset usage at once and order nothing by it",
+            "give the cluster's fair-share half-life in seconds, e.g. 604800 (7 days)",
+        )
     cluster, created, before, after = _upsert(Cluster, {"name": name}, fields)
     _audit(actor, reason, "cluster_set", cluster, name, created, before, after)
     return cluster

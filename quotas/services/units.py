@@ -34,6 +34,7 @@ def _unit_state(unit: OrgUnit) -> dict[str, Any]:
         "weight": str(unit.weight),
         "contract": unit.contract.name if unit.contract else None,
         "slurm_account": unit.slurm_account,
+        "cost_centre": unit.cost_centre,
         "parent": unit.parent.path if unit.parent else None,
     }
 
@@ -80,6 +81,7 @@ def org_unit_create(
     slurm_account: str = "",
     leads: Iterable[User] = (),
     kueue_name: str = "",
+    cost_centre: str = "",
 ) -> OrgUnit:
     """Create a unit under ``parent`` (``None``: a new organisation). Locks the parent.
 
@@ -110,6 +112,7 @@ def org_unit_create(
         contract=contract,
         slurm_account=slurm_account,
         kueue_name=kueue_name,
+        cost_centre=cost_centre,
         path=path,
         depth=0 if parent is None else parent.depth + 1,
     )
@@ -150,6 +153,7 @@ def org_unit_update(
     slurm_account: str | None = None,
     leads: Iterable[User] | None = None,
     allowed_tiers: Iterable[WorkloadTier] | None = None,
+    cost_centre: str | None = None,
 ) -> OrgUnit:
     """Change a unit's own attributes (not its place: see :func:`org_unit_move`). Locks the unit.
 
@@ -171,6 +175,8 @@ def org_unit_update(
         values["contract"] = contract
     if slurm_account is not None:
         values["slurm_account"] = slurm_account
+    if cost_centre is not None:
+        values["cost_centre"] = cost_centre
     before, after = changed_fields(unit, values)
     _clean(unit)
     _save(unit)

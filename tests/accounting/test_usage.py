@@ -252,7 +252,8 @@ def test_a_units_chart_by_week_and_month_with_measured_activity(org, admin_clien
     assert "GPUs over 12 months" in months and "month of 2026-11-01: held" in months and "Sep 2026" in months
     assert "GPUs over 31 days" in admin_client.get(f"/units/{org.nlp.pk}/", {"usage": "year"}).content.decode()
     metrics = admin_client.get("/metrics/usage").content.decode()
-    assert 'allot_unit_active{cluster="west",flavor="a100",unit="acme/research/nlp"} 12.5' in metrics
+    org_labels = 'cost_centre="",department="research",flavor="a100",kueue_unit="acme.research.nlp"'
+    assert f'allot_unit_active{{cluster="west",{org_labels},unit="acme/research/nlp"}} 12.5' in metrics
 
 
 def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for_what_is_exported(
@@ -268,7 +269,10 @@ def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for
     assert client.get("/metrics/usage").status_code == 401
     text = client.get("/metrics/usage", headers={"Authorization": "Bearer scrape-me"}).content.decode()
     last = UsageHour.objects.get(unit=org.nlp, hour=T0 + timedelta(hours=1))
-    labels = 'cluster="west",flavor="a100",unit="acme/research/nlp"'
+    labels = (
+        'cluster="west",cost_centre="",department="research",flavor="a100",kueue_unit="acme.research.nlp",'
+        'unit="acme/research/nlp"'
+    )
     found = re.search(rf"^allot_unit_allocated{{{labels}}} (\S+)$", text, re.M)
     assert found and float(found[1]) == pytest.approx(last.allocated / (last.minutes / 60))  # devices, 30 minutes
     stamp = re.search(r"^allot_usage_hour_timestamp_seconds (\S+)$", text, re.M)
@@ -277,6 +281,14 @@ def test_prometheus_sees_the_latest_hour_and_the_grafana_dashboard_asks_only_for
     asked = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"allot_[a-z_]+", t["expr"])}
     exported = set(re.findall(r"^# TYPE (allot_[a-z_]+) gauge", text, re.M))
     assert asked and asked <= exported
+    # the Kueue panels join on the labels Kueue's configuration promotes and Allot's series carry
+    from quotas.policy.kueue.config import custom_labels
+
+    promoted = {f"custom_{c['name']}" for c in custom_labels()}
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    used = set(re.findall(r"custom_[a-z_]+", exprs))
+    assert used and used <= promoted
+    assert "kueue_unit" in exprs and all(f'{label}="' in text for label in ("department", "kueue_unit", "cost_centre"))
 
 
 def test_productive_is_an_estimate_labelled_as_such_and_evictions_lose_up_to_a_checkpoint(org, lab_flavor):

@@ -1,10 +1,13 @@
-"""Kueue endpoints: desired objects, coverage, sync runs, preview."""
+"""Kueue endpoints: desired objects, coverage, sync runs, preview; a cluster's sharing mode and the Kueue
+configuration it serves, a unit's cost centre on its Kueue objects (issue #30, parts 1 and 2)."""
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from quotas.models import Quota, SyncRun, SyncStatus
+from quotas.models import AuditEvent, Cluster, OrgUnit, Quota, SyncRun, SyncStatus
 from tests.kube_fake import FakeKueueServer
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +153,58 @@ def test_slurm_coverage_and_the_subtree_ceilings_setting(admin_api, lead_api):
     assert next(c for c in loose if c["term"] == "subtree ceiling")["how"] == "not_enforced"
     exceeding = [c for c in loose if c["subject"].startswith("unit ")]
     assert exceeding and all("ceiling" in c["value"] for c in exceeding)
+
+
+def test_a_cluster_switched_to_admission_fair_sharing_compiles_and_serves_what_kueue_needs(admin_api, capsys):
+    classic = admin_api.get("/api/v1/clusters/k8s-west/kueue-config/").json()
+    assert "fairSharing" not in classic["configuration"]
+    assert yaml.safe_load(classic["yaml"]) == classic["configuration"]
+    coverage = {c["term"]: c["how"] for c in admin_api.get("/api/v1/clusters/k8s-west/coverage/").json()}
+    assert coverage["fair-share weight"] == "not_enforced"
+
+    changed = admin_api.patch(
+        "/api/v1/clusters/k8s-west/",
+        {"kueue_sharing": "admission", "fairshare_half_life": 3 * 86400, "reason": "tenants take turns"},
+        format="json",
+    )
+    assert changed.status_code == 200 and changed.json()["kueue_sharing"] == "admission"
+    assert AuditEvent.objects.filter(action="cluster_set", after__kueue_sharing="admission").exists()
+    config = admin_api.get("/api/v1/clusters/k8s-west/kueue-config/").json()["configuration"]
+    assert config["admissionFairSharing"]["usageHalfLifeTime"] == "72h0m0s"
+    assert config["fairSharing"]["preemptionStrategies"][0] == "LessThanOrEqualToFinalShare"
+    queues = admin_api.get("/api/v1/clusters/k8s-west/kueue/", {"kind": "ClusterQueue"}).json()
+    assert {q["spec"]["admissionScope"]["admissionMode"] for q in queues} == {"UsageBasedAdmissionFairSharing"}
+    coverage = {c["term"]: c["how"] for c in admin_api.get("/api/v1/clusters/k8s-west/coverage/").json()}
+    assert coverage["fair-share weight"] == coverage["fair-share half-life"] == "enforced_by_kueue"
+
+    call_command("allot_kueue_config", "--cluster", "k8s-west")
+    printed = capsys.readouterr().out
+    assert "sharing: admission" in printed and "usageHalfLifeTime: 72h0m0s" in printed
+    slurm = admin_api.get("/api/v1/clusters/slurm-lab/kueue-config/")
+    assert slurm.status_code == 400 and "Kubernetes" in slurm.json()["cluster"][0]
+
+
+def test_a_zero_half_life_under_admission_fair_sharing_is_refused_and_nothing_changes(admin_api):
+    from quotas import services
+    from quotas.errors import InputError
+
+    admin = User.objects.get(username="admin")
+    with pytest.raises(InputError) as refused:
+        services.cluster_set(actor=admin, reason="t", name="k8s-west", kueue_sharing="admission", fairshare_half_life=0)
+    assert "604800" in refused.value.errors["fairshare_half_life"][0]
+    assert Cluster.objects.get(name="k8s-west").kueue_sharing == "classic"
+    bad = admin_api.patch("/api/v1/clusters/k8s-west/", {"kueue_sharing": "round-robin", "reason": "t"}, format="json")
+    assert bad.status_code == 400 and "kueue_sharing" in bad.json()
+
+
+def test_a_units_cost_centre_is_set_audited_inherited_and_must_be_a_label_value(admin_api):
+    nlp = OrgUnit.objects.get(path="acme/research/nlp")
+    ok = admin_api.patch(f"/api/v1/units/{nlp.pk}/", {"cost_centre": "CC-7", "reason": "finance"}, format="json")
+    assert ok.status_code == 200 and ok.json()["cost_centre"] == "CC-7"
+    assert AuditEvent.objects.filter(action="org_unit_update", after__cost_centre="CC-7").exists()
+    queues = {q["metadata"]["name"]: q for q in admin_api.get("/api/v1/clusters/k8s-west/kueue/").json()}
+    assert queues["acme.research.nlp.llm-pretrain"]["metadata"]["labels"]["allot.dev/cost-centre"] == "CC-7"
+    assert queues["acme.research.vision"]["metadata"]["labels"]["allot.dev/cost-centre"] == "CC-1100"
+    bad = admin_api.patch(f"/api/v1/units/{nlp.pk}/", {"cost_centre": "cc 7/a", "reason": "finance"}, format="json")
+    assert bad.status_code == 400 and "not a Kubernetes label value" in str(bad.json()["cost_centre"])
+    assert OrgUnit.objects.get(pk=nlp.pk).cost_centre == "CC-7"

@@ -17,11 +17,16 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
 @pytest.mark.django_db
-def test_demo_compiles_to_the_golden_kueue_objects(demo):
+@pytest.mark.parametrize(
+    "sharing, name", [("classic", "kueue-k8s-west.yaml"), ("admission", "kueue-k8s-west-admission.yaml")]
+)
+def test_demo_compiles_to_the_golden_kueue_objects(demo, sharing, name):
+    """The demo cluster as it is (classic preemption), and with Kueue's admission fair sharing."""
     # the revision stamp is the newest audit id, which differs between databases: pin it
-    text = render_yaml(compile_kueue(org_snapshot(), replace(kueue_target(demo), revision=0)))
-    golden = GOLDEN / "kueue-k8s-west.yaml"
+    target = replace(kueue_target(demo), revision=0, sharing=sharing)
+    text = render_yaml(compile_kueue(org_snapshot(), target))
+    golden = GOLDEN / name
     if os.environ.get("ALLOT_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
     assert text == golden.read_text()
-    assert text == render_yaml(compile_kueue(org_snapshot(), replace(kueue_target(demo), revision=0)))
+    assert text == render_yaml(compile_kueue(org_snapshot(), target))

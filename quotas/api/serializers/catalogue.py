@@ -13,6 +13,7 @@ from quotas.models import (
     Cluster,
     ClusterKind,
     DriftPolicy,
+    KueueSharing,
     PreemptionPolicy,
     ReclamationContract,
     ResourceFlavor,
@@ -39,6 +40,7 @@ class ClusterOut(serializers.ModelSerializer):
             "subtree_ceilings",
             "slurm_qos_prefix",
             "fairshare_half_life",
+            "kueue_sharing",
             "created_at",
         ]
 
@@ -56,6 +58,9 @@ class ClusterIn(ReasonMixin):
     )
     subtree_ceilings = serializers.ChoiceField(
         choices=SubtreeCeilings.choices, required=False, help_text=Cluster._meta.get_field("subtree_ceilings").help_text
+    )
+    kueue_sharing = serializers.ChoiceField(
+        choices=KueueSharing.choices, required=False, help_text=Cluster._meta.get_field("kueue_sharing").help_text
     )
     slurm_qos_prefix = Text(
         required=False, allow_blank=True, max_length=16, help_text=Cluster._meta.get_field("slurm_qos_prefix").help_text

@@ -46,6 +46,7 @@ class UnitOut(serializers.ModelSerializer):
             "leads",
             "allowed_tiers",
             "slurm_account",
+            "cost_centre",
             "namespaces",
             "description",
             "archived",
@@ -73,6 +74,13 @@ class UnitCreateIn(ReasonMixin):
         slug_field="name", queryset=ReclamationContract.objects.all(), required=False, allow_null=True, default=None
     )
     slurm_account = Text(required=False, allow_blank=True, default="")
+    cost_centre = Text(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=63,
+        help_text="The finance cost centre its spend is charged to (empty: its parent's); a Kubernetes label value.",
+    )
     leads: Any = serializers.SlugRelatedField(
         slug_field="username",
         queryset=User.objects.filter(is_active=True),
@@ -91,6 +99,9 @@ class UnitUpdateIn(ReasonMixin):
         slug_field="name", queryset=ReclamationContract.objects.all(), required=False, allow_null=True
     )
     slurm_account = Text(required=False, allow_blank=True)
+    cost_centre = Text(
+        required=False, allow_blank=True, max_length=63, help_text="The finance cost centre (empty: its parent's)."
+    )
     allowed_tiers = serializers.SlugRelatedField(
         slug_field="name", queryset=WorkloadTier.objects.all(), many=True, required=False
     )

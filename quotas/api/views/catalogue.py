@@ -38,7 +38,8 @@ from quotas.models import (
     ResourceFlavor,
     WorkloadTier,
 )
-from quotas.policy.kueue import compile_kueue
+from quotas.policy.kueue import compile_kueue, render_yaml
+from quotas.policy.kueue.config import KueueConfigError, kueue_configuration
 from quotas.policy.kueue.coverage import kueue_coverage
 from quotas.policy.slurm.coverage import slurm_coverage
 from quotas.policy.slurm.render import qos_script, render_dump
@@ -67,13 +68,27 @@ class ClusterViewSet(CatalogueViewSet):
         return Response([o for o in objects if not kind or o["kind"] == kind])
 
     @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"], url_path="kueue-config")
+    def kueue_config(self, request: Request, name: str) -> Response:
+        """The part of Kueue's own Configuration this cluster needs for what Allot compiles onto it (its
+        sharing mode, the fair-share half-life, the labels Kueue copies and promotes onto its metrics):
+        ``configuration`` as an object and ``yaml`` to merge into the kueue-manager-config ConfigMap."""
+        cluster = self._kubernetes()
+        try:
+            config = kueue_configuration(cluster.kueue_sharing, cluster.fairshare_half_life)
+        except KueueConfigError as exc:
+            raise InputError("fairshare_half_life", str(exc)) from exc
+        return Response({"cluster": cluster.name, "configuration": config, "yaml": render_yaml([config])})
+
+    @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])
     def coverage(self, request: Request, name: str) -> Response:
         """For each quota term, contract term and tier rule: whether this cluster enforces it, and how
         (on a Slurm cluster with permissive subtree ceilings, also each subtree that may exceed its ceiling)."""
         cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
         if cluster.kind != ClusterKind.SLURM:
-            return Response([line.as_dict() for line in kueue_coverage(selectors.org_snapshot(include_quotas=False))])
+            snapshot = selectors.org_snapshot(include_quotas=False)
+            return Response([line.as_dict() for line in kueue_coverage(snapshot, sharing=cluster.kueue_sharing)])
         try:
             snapshot, target = selectors.org_snapshot(), selectors.slurm_target(cluster)
         except ValueError as exc:

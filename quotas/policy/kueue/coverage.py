@@ -9,7 +9,44 @@ from ..snapshot import OrgSnapshot
 __all__ = ["CoverageLine", "How", "kueue_coverage"]
 
 
-def kueue_coverage(snapshot: OrgSnapshot) -> list[CoverageLine]:
+def _sharing_lines(sharing: str) -> list[CoverageLine]:
+    """What Kueue does with the fair-share weights, by the cluster's sharing mode."""
+    if sharing == "classic":
+        return [
+            CoverageLine(
+                "quota",
+                "fair-share weight",
+                "per unit",
+                How.NOT_ENFORCED,
+                "classic preemption: Kueue ignores fairSharing.weight; unused quota goes first come, first served "
+                "(set the cluster's sharing to fair or admission, and Kueue's configuration with it)",
+            )
+        ]
+    lines = [
+        CoverageLine(
+            "quota",
+            "fair-share weight",
+            "per unit",
+            How.KUEUE,
+            "fairSharing.weight on each ClusterQueue and Cohort: borrowing and preemption by weighted share "
+            "(weight 0: an infinite share, always last to borrow); needs fairSharing in Kueue's configuration",
+        )
+    ]
+    if sharing == "admission":
+        lines.append(
+            CoverageLine(
+                "quota",
+                "fair-share half-life",
+                "per cluster",
+                How.KUEUE,
+                "admissionScope UsageBasedAdmissionFairSharing on each ClusterQueue, each LocalQueue's weight, "
+                "admissionFairSharing.usageHalfLifeTime in Kueue's configuration: queues take turns by decayed usage",
+            )
+        )
+    return lines
+
+
+def kueue_coverage(snapshot: OrgSnapshot, *, sharing: str = "classic") -> list[CoverageLine]:
     lines = [
         CoverageLine(
             "quota",
@@ -26,13 +63,7 @@ def kueue_coverage(snapshot: OrgSnapshot) -> list[CoverageLine]:
             "borrowingLimit on the ClusterQueue (and on the Cohorts above it for the subtree)",
         ),
         CoverageLine("quota", "lendable", "per unit, flavor, resource", How.KUEUE, "lendingLimit"),
-        CoverageLine(
-            "quota",
-            "fair-share weight",
-            "per unit",
-            How.CONFIG,
-            "fairSharing.weight; used only when fairSharing is set in Kueue's Configuration",
-        ),
+        *_sharing_lines(sharing),
         CoverageLine(
             "quota",
             "namespace binding",

@@ -1,7 +1,8 @@
 """Desired vs actual Kueue objects, on the fields Allot owns; the plan a sync carries out.
 
-Allot owns what it sends: its labels and annotations (not the revision stamp), ``spec`` of the
-CRD kinds, and ``value``/``description`` of priority classes. Server defaults it never sent are
+Allot owns what it sends: its labels (``app.kubernetes.io/managed-by`` and every ``allot.dev/`` one:
+the cluster and the organisation's unit, department and cost centre) and annotations (not the revision
+stamp), ``spec`` of the CRD kinds, and ``value``/``description`` of priority classes. Server defaults it never sent are
 compared only where they change admission (``ADMISSION_FIELDS``: ``stopPolicy``, admission checks,
 ``flavorFungibility``): there a non-default value is drift. Quantities compare by value
 (``"1Ti"`` equals ``"1024Gi"``). A field that Allot owned on the server (its ``managedFields``
@@ -16,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..quantity import parse_decimal_quantity
-from .translate import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, object_key
+from .translate import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_PREFIX, object_key
 
 QUANTITY_FIELDS = {"nominalQuota", "borrowingLimit", "lendingLimit", "weight"}
 ADMISSION_FIELDS: dict[str, dict[str, Any]] = {
@@ -70,7 +71,11 @@ class ObjectPlan:
 def owned(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The part of an object Allot owns and compares."""
     meta = obj.get("metadata") or {}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in (LABEL_MANAGED_BY, LABEL_CLUSTER)}
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if k in (LABEL_MANAGED_BY, LABEL_CLUSTER) or k.startswith(LABEL_PREFIX)
+    }
     annotations = {
         k: v
         for k, v in (meta.get("annotations") or {}).items()

@@ -14,6 +14,16 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   that borrows from its Cohort's residual;
 * bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
 * tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins);
+* fair-share weight → ``fairSharing.weight`` on every Cohort and ClusterQueue (Kueue: the share is the
+  borrowed dominant resource divided by the weight; **0 is an infinite share** — the unit is always last
+  to borrow and first to be preempted — so a positive weight is never rounded to 0, and one below 10⁻⁹,
+  which Kueue refuses, is a compile error). Kueue reads them only under fair sharing (the cluster's
+  ``sharing``: ``fair`` or ``admission``); ``admission`` also sets ``admissionScope.admissionMode:
+  UsageBasedAdmissionFairSharing`` on every ClusterQueue and each LocalQueue's ``fairSharing.weight``
+  (its unit's), and needs Kueue's ``admissionFairSharing`` configuration (:mod:`.config`);
+* the organisation → labels ``allot.dev/unit``, ``allot.dev/department`` and ``allot.dev/cost-centre``
+  on Cohorts, ClusterQueues and LocalQueues, which Kueue's ``metrics.customLabels`` promote onto its own
+  metrics (``custom_unit`` …) so they join Allot's showback;
 * a spent GPU-hour budget (quotas.policy.budgets, evaluated at the target's ``at``): ``no-borrowing``
   → the unit's ``borrowingLimit: 0`` on the flavor's GPUs (its own queue of a cohort unit: its
   guarantee); ``hold`` covering every tier → its subtree's LocalQueues ``stopPolicy: Hold`` (running
@@ -26,6 +36,7 @@ fills older pools before the newest (seed 8.12.2, policy-infrastructure mismatch
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,18 +46,23 @@ import yaml
 
 from ..budget_effects import effects
 from ..budgets import BudgetAction
+from ..labels import LABEL_COST_CENTRE, LABEL_DEPARTMENT, LABEL_UNIT
 from ..quantity import Resource, format_quantity
 from ..snapshot import ZERO, Contract, OrgSnapshot, UnitKind
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 MANAGED_BY = "allot"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PREFIX = "allot.dev/"
 LABEL_CLUSTER = "allot.dev/cluster"
 ANNOTATION_UNIT = "allot.dev/unit-path"
 ANNOTATION_REVISION = "allot.dev/policy-revision"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 APPLY_ORDER = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
 MAX_NAME = 253
+MIN_WEIGHT = 1e-9
+"""Kueue refuses a positive fairSharing.weight below this (its CRD: "When not 0, Weight must be greater than 10^-9")."""
+SHARING = ("classic", "fair", "admission")
 
 Object = dict[str, Any]
 
@@ -75,6 +91,10 @@ class KueueTarget:
     revision: int = 0
     at: datetime | None = None
     """When the policy is compiled: which budgets are spent now. None: budgets are left out."""
+    sharing: str = "classic"
+    """How Kueue shares unused quota on this cluster: ``classic``, ``fair`` or ``admission`` (see the module)."""
+    half_life_s: int = 7 * 86400
+    """The cluster's fair-share half-life: Kueue's admissionFairSharing.usageHalfLifeTime under ``admission``."""
 
 
 class CompileError(ValueError):
@@ -103,6 +123,13 @@ def render_yaml(objects: Sequence[Object]) -> str:
 
 class _Compiler:
     def __init__(self, snapshot: OrgSnapshot, target: KueueTarget) -> None:
+        if target.sharing not in SHARING:
+            raise CompileError(f"{target.cluster}: sharing {target.sharing!r} is not one of {', '.join(SHARING)}")
+        if target.sharing == "admission" and target.half_life_s <= 0:
+            raise CompileError(
+                f"{target.cluster}: admission fair sharing with a half-life of 0 s: Kueue would reset usage at once "
+                "and silently order nothing by it; give the cluster a fair-share half-life (e.g. 7 days)"
+            )
         self.s = snapshot
         self.t = target
         self.flavors = sorted(target.flavors, key=lambda f: (f.order, f.billing_weight, f.name))
@@ -198,8 +225,24 @@ class _Compiler:
         return sorted(set(found))
 
     # --- objects ---------------------------------------------------------------------------------
-    def meta(self, name: str, path: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+    def org_labels(self, uid: int) -> dict[str, str]:
+        """The unit, its department and its cost centre, as label values Kueue's metrics can carry."""
+        unit = self.s.units[uid]
+        labels = {LABEL_UNIT: label_value(unit.kueue_name or kueue_name(unit.path))}
+        department = self.s.department(uid)
+        if department is not None:
+            labels[LABEL_DEPARTMENT] = department.slug
+        cost_centre = self.s.effective_cost_centre(uid)
+        if cost_centre:
+            labels[LABEL_COST_CENTRE] = cost_centre
+        return labels
+
+    def meta(
+        self, name: str, path: str | None = None, namespace: str | None = None, uid: int | None = None
+    ) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: self.t.cluster}}
+        if uid is not None:
+            meta["labels"].update(self.org_labels(uid))
         if namespace is not None:
             meta["namespace"] = namespace
         annotations = {ANNOTATION_REVISION: str(self.t.revision)}
@@ -241,7 +284,7 @@ class _Compiler:
 
     def cohort(self, uid: int, name: str, parent: str | None) -> Object:
         unit = self.s.units[uid]
-        spec: dict[str, Any] = {"fairSharing": {"weight": _weight(unit.weight)}}
+        spec: dict[str, Any] = {"fairSharing": {"weight": self.weight(uid)}}
         if parent is not None:
             spec["parentName"] = parent
         groups = self.resource_groups(uid, nominal="residual", limits=False)
@@ -257,13 +300,20 @@ class _Compiler:
                         entry["lendingLimit"] = format_quantity(Resource(entry["name"]), quota.lendable)
         if groups:
             spec["resourceGroups"] = groups
-        return {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": self.meta(name, unit.path), "spec": spec}
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "Cohort",
+            "metadata": self.meta(name, unit.path, uid=uid),
+            "spec": spec,
+        }
 
     def cluster_queue(
         self, uid: int, name: str, cohort: str | None, namespaces: list[str], *, own_quota: bool
     ) -> Object:
         unit = self.s.units[uid]
-        spec: dict[str, Any] = {"queueingStrategy": "BestEffortFIFO", "fairSharing": {"weight": _weight(unit.weight)}}
+        spec: dict[str, Any] = {"queueingStrategy": "BestEffortFIFO", "fairSharing": {"weight": self.weight(uid)}}
+        if self.t.sharing == "admission":
+            spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
         if cohort is not None:
             spec["cohortName"] = cohort
         if namespaces:
@@ -287,18 +337,32 @@ class _Compiler:
                         )
         if groups:
             spec["resourceGroups"] = groups
-        return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": self.meta(name, unit.path), "spec": spec}
+        meta = self.meta(name, unit.path, uid=uid)
+        return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": meta, "spec": spec}
 
     def local_queue(self, uid: int, namespace: str, queue: str) -> Object:
         spec: dict[str, Any] = {"clusterQueue": queue}
+        if self.t.sharing == "admission":  # its turn among the ClusterQueue's queues, by decayed usage ÷ weight
+            spec["fairSharing"] = {"weight": self.weight(uid)}
         if namespace in self.held_namespaces:
             spec["stopPolicy"] = "Hold"  # a spent hold budget: nothing new admitted, running work finishes
         return {
             "apiVersion": API_VERSION,
             "kind": "LocalQueue",
-            "metadata": self.meta(self.t.local_queue_names.get(namespace, queue), self.s.units[uid].path, namespace),
+            "metadata": self.meta(
+                self.t.local_queue_names.get(namespace, queue), self.s.units[uid].path, namespace, uid=uid
+            ),
             "spec": spec,
         }
+
+    def weight(self, uid: int) -> str:
+        unit = self.s.units[uid]
+        if 0 < unit.weight < MIN_WEIGHT:
+            raise CompileError(
+                f"{unit.path}: fair-share weight {unit.weight} is below Kueue's smallest ({MIN_WEIGHT}); give 0 "
+                "(always last to borrow) or a larger weight"
+            )
+        return _weight(unit.weight)
 
     def priority_class(self, tier_name: str) -> Object:
         tier = self.s.tiers[tier_name]
@@ -320,8 +384,19 @@ def _flavor_key(flavors: Sequence[KueueFlavor], name: str) -> str:
 
 
 def _weight(weight: float) -> str:
-    text = f"{weight:.4f}".rstrip("0").rstrip(".")
-    return text or "0"
+    """Kueue's quantity text for a weight: exact to 10⁻⁹, and never "0" for a positive weight."""
+    if weight <= 0:
+        return "0"
+    text = f"{weight:.9f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "0") else f"{MIN_WEIGHT:.9f}".rstrip("0")
+
+
+def label_value(name: str) -> str:
+    """``name`` as a label value (at most 63 characters): a long one keeps its start and a hash of it."""
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[:52].rstrip('-_.')}-{digest}"
 
 
 def _preemption(contract: Contract | None) -> dict[str, str]:

@@ -72,7 +72,16 @@ def test_objects_come_in_apply_order_with_ownership_metadata():
     assert kinds == sorted(kinds, key=order.index)
     for obj in objects:
         assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
-        assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "allot", "allot.dev/cluster": "west"}
+        labels = obj["metadata"]["labels"]
+        assert {k: labels[k] for k in ("app.kubernetes.io/managed-by", "allot.dev/cluster")} == {
+            "app.kubernetes.io/managed-by": "allot",
+            "allot.dev/cluster": "west",
+        }
+        org = {"allot.dev/unit", "allot.dev/department", "allot.dev/cost-centre"}
+        if obj["kind"] in ("Cohort", "ClusterQueue", "LocalQueue"):  # the organisation, for Kueue's metrics
+            assert labels["allot.dev/unit"] == obj["metadata"]["annotations"]["allot.dev/unit-path"].replace("/", ".")
+        else:
+            assert not org & set(labels)
         assert obj["metadata"]["annotations"]["allot.dev/policy-revision"] == "42"
 
 

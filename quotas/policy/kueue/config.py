@@ -1,0 +1,79 @@
+"""The part of Kueue's own configuration (``config.kueue.x-k8s.io/v1beta2`` ``Configuration``) a cluster
+needs for what Allot compiles onto it. Pure.
+
+Merge it into the ``kueue-manager-config`` ConfigMap (``controller_manager_config.yaml``) and restart
+Kueue; Allot serves it per cluster (``GET /api/v1/clusters/{id}/kueue-config/``, ``manage.py
+allot_kueue_config``), and ``deploy/kueue/kueue-config-fragment.yaml`` is the one for a classic cluster.
+
+* ``integrations.labelKeysToCopy``: the governance labels the admission webhook puts on every job,
+  copied by Kueue into each Workload it creates, so usage is attributed without asking for the owner;
+* ``metrics.enableClusterQueueResources`` and ``metrics.customLabels``: ClusterQueue usage and
+  reservation metrics (``kueue_cluster_queue_resource_usage`` …), each carrying the unit, department and
+  cost centre Allot stamps on its Cohorts, ClusterQueues and LocalQueues as ``custom_unit``,
+  ``custom_department``, ``custom_cost_centre`` (Kueue allows 6 per source kind, 20 in all; its
+  ``CustomMetricLabels`` feature gate turns them on);
+* under ``fair`` and ``admission``: ``fairSharing.preemptionStrategies`` — Kueue's fair sharing, so the
+  compiled ``fairSharing.weight`` decide who borrows and who is preempted;
+* under ``admission``: ``admissionFairSharing`` with ``usageHalfLifeTime`` from the cluster's fair-share
+  half-life. Kueue documents that 0 resets usage at once — admission fair sharing silently does
+  nothing — so 0 is refused here, as in the compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..labels import GOVERNANCE_LABELS, LABEL_COST_CENTRE, LABEL_DEPARTMENT, LABEL_UNIT
+
+CUSTOM_LABEL_KINDS = ("ClusterQueue", "LocalQueue", "Cohort")
+PREEMPTION_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+SAMPLING_INTERVAL = "5m0s"
+
+
+class KueueConfigError(ValueError):
+    """The cluster's settings would give Kueue a configuration that does not do what they say."""
+
+
+def go_duration(seconds: int) -> str:
+    """Seconds as Kubernetes' metav1.Duration prints them: ``168h0m0s``."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes}m{secs}s"
+
+
+def custom_labels() -> list[dict[str, str]]:
+    """Per source kind, the organisation labels promoted onto Kueue's metrics."""
+    return [
+        {"name": key.split("/", 1)[1].replace("-", "_"), "sourceLabelKey": key, "sourceKind": kind}
+        for kind in CUSTOM_LABEL_KINDS
+        for key in (LABEL_UNIT, LABEL_DEPARTMENT, LABEL_COST_CENTRE)
+    ]
+
+
+def kueue_configuration(
+    sharing: str = "classic", half_life_s: int = 7 * 86400, *, label_keys: Sequence[str] = GOVERNANCE_LABELS
+) -> dict[str, Any]:
+    """The Configuration fragment for a cluster sharing by ``sharing`` (classic, fair, admission)."""
+    if sharing not in ("classic", "fair", "admission"):
+        raise KueueConfigError(f"sharing {sharing!r}: use classic, fair or admission")
+    config: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "integrations": {"labelKeysToCopy": list(label_keys)},
+        "metrics": {"enableClusterQueueResources": True, "customLabels": custom_labels()},
+        "featureGates": {"CustomMetricLabels": True},
+    }
+    if sharing in ("fair", "admission"):
+        config["fairSharing"] = {"preemptionStrategies": list(PREEMPTION_STRATEGIES)}
+    if sharing == "admission":
+        if half_life_s <= 0:
+            raise KueueConfigError(
+                "admission fair sharing with a usageHalfLifeTime of 0 s: Kueue resets usage at once and orders "
+                "nothing by it; set the cluster's fair-share half-life (e.g. 604800 s, 7 days)"
+            )
+        config["admissionFairSharing"] = {
+            "usageHalfLifeTime": go_duration(half_life_s),
+            "usageSamplingInterval": SAMPLING_INTERVAL,
+        }
+    return config
