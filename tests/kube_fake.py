@@ -24,6 +24,7 @@ from quotas.policy.kueue.schema import CrdSchemas
 
 KINDS = {plural: kind for kind, plural in PLURALS.items()}
 PREFIX = "/apis/kueue.x-k8s.io/v1beta2"
+CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 DEFAULTS: dict[str, dict[str, Any]] = {
     "ClusterQueue": {
         "stopPolicy": "None",
@@ -31,6 +32,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "LocalQueue": {"stopPolicy": "None"},
 }
+
+
+def bundled_crds() -> list[dict[str, Any]]:
+    """The Kueue CRDs Allot bundles (v0.20), as a cluster running that Kueue serves them."""
+    import yaml
+
+    from quotas.kueue_crds import CRD_DIR
+
+    return [yaml.safe_load(f.read_text()) for f in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml"))]
 
 
 def status(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
@@ -49,8 +59,18 @@ def status(code: int, reason: str, message: str, **details: Any) -> dict[str, An
 
 
 class FakeKueueServer:
-    def __init__(self, schemas: CrdSchemas, *, namespaces: set[str] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        schemas: CrdSchemas,
+        *,
+        namespaces: set[str] | None = None,
+        token: str | None = None,
+        crds: list[dict[str, Any]] | None = None,
+    ):
         self.schemas = schemas
+        self.crds = {c["metadata"]["name"]: c for c in (crds if crds is not None else bundled_crds())}
+        """The CustomResourceDefinitions it serves (apiextensions.k8s.io/v1): Kueue's, by default the bundled
+        ones; a test gives an older Kueue's to see what Allot does with it."""
         self.namespaces = namespaces
         self.token = token
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -120,6 +140,13 @@ class FakeKueueServer:
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         if url.path in ("/api/v1/nodes", "/api/v1/pods") and method == "GET":
             return 200, self._core_list(url.path.rsplit("/", 1)[-1], query)
+        if url.path.startswith(CRD_PREFIX) and method == "GET":
+            name = url.path.removeprefix(CRD_PREFIX).strip("/")
+            found = self.crds.get(name)
+            if found is None:
+                message = f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found'
+                return 404, status(404, "NotFound", message, name=name, kind="customresourcedefinitions")
+            return 200, found
         parts = url.path.removeprefix(PREFIX).strip("/").split("/")
         namespace = ""
         if parts[0] == "namespaces":

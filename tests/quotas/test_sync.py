@@ -332,3 +332,54 @@ def test_a_local_queue_allot_does_not_own_keeps_its_namespace_in_the_queues_sele
     selector = fake.objects[("ClusterQueue", "", "acme.research.rl")]["spec"]["namespaceSelector"]
     assert "legacy-ml" in selector["matchExpressions"][0]["values"]
     assert sync(demo, fake).status == SyncStatus.IN_SYNC  # stable: kept every time, not flapping
+
+
+def _older(crds, *, only_v1beta1=(), without=()):
+    """The bundled CRDs as an older Kueue would serve them: some kinds v1beta1 only, or some spec fields
+    missing from their v1beta2 schema (``(kind, field)``)."""
+    import copy
+
+    out = []
+    for crd in copy.deepcopy(crds):
+        kind = crd["spec"]["names"]["kind"]
+        if kind in only_v1beta1:
+            crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+        for v in crd["spec"]["versions"]:
+            props = v["schema"]["openAPIV3Schema"]["properties"].get("spec", {}).get("properties", {})
+            for missing_kind, field in without:
+                if kind == missing_kind:
+                    props.pop(field, None)
+        out.append(crd)
+    return out
+
+
+def test_a_cluster_serving_only_v1beta1_is_refused_before_anything_is_sent(demo, crd_schemas):
+    from tests.kube_fake import bundled_crds
+
+    old = _older(bundled_crds(), only_v1beta1=("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
+                                                "WorkloadPriorityClass", "Workload"))  # fmt: skip
+    with FakeKueueServer(crd_schemas, crds=old) as fake:
+        run = sync(demo, fake)
+    assert run.status == SyncStatus.FAILED
+    assert "serves kueue.x-k8s.io v1beta1 only (Kueue v0.14 or older)" in run.message
+    assert "Upgrade Kueue to v0.15 or newer" in run.message and "nothing was sent" in run.message
+    assert fake.writes() == [] and fake.objects == {}
+
+
+def test_an_older_v1beta2_server_gets_its_objects_without_the_fields_it_lacks_and_the_run_says_so(demo, crd_schemas):
+    from quotas.policy.kueue.schema import CrdSchemas
+    from tests.kube_fake import bundled_crds
+
+    demo.kueue_sharing = "admission"
+    demo.save()
+    old = _older(bundled_crds(), without=(("ClusterQueue", "admissionScope"), ("LocalQueue", "fairSharing")))
+    older_schemas = CrdSchemas(dc for dc in old if "workloads" not in dc["metadata"]["name"])
+    with FakeKueueServer(older_schemas, crds=old) as fake:
+        run = sync(demo, fake)
+        assert run.status == SyncStatus.APPLIED, run.message
+        assert "left out ClusterQueue spec.admissionScope on 15 object(s)" in run.message
+        assert "left out LocalQueue spec.fairSharing" in run.message
+        stored = [o for (kind, _, _), o in fake.objects.items() if kind == "ClusterQueue"]
+        assert stored and not any("admissionScope" in o["spec"] for o in stored)
+        again = sync(demo, fake)  # and it stays in sync
+        assert again.status == SyncStatus.IN_SYNC, again.message

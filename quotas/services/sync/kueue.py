@@ -1,5 +1,8 @@
 """Kubernetes: Kueue objects, in order, each step refusing to go on if the previous one failed:
 
+0. read the Kueue the cluster serves from its own CRDs (quotas.policy.kueue.versions): a cluster that
+   serves only v1beta1 (Kueue ≤ v0.14) is refused with what to do, and optional fields an older
+   v1beta2 server lacks are left out of its objects (the run says which);
 1. compile the tree for the cluster and read Allot's objects from it (label selector);
 2. validate every desired object against the CRD schemas, CEL rules and Kueue's webhook rules —
    a single problem and nothing is applied ("never half-validated");
@@ -42,6 +45,7 @@ from quotas.policy.kueue.schema import CrdSchemas
 from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
+from quotas.policy.kueue.versions import ServedKueue, fit_objects, served_kueue, version_problem
 from quotas.selectors import kueue_target, org_snapshot
 
 from ..audit import Actor, require_reason
@@ -95,12 +99,21 @@ def kueue_sync(
 def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> None:
     target = kueue_target(cluster)
     run.run.revision = target.revision
+    served = _served(run, client)
+    if served is not None:
+        refused = version_problem(served, cluster.name)
+        if refused:
+            run.run.status, run.run.message = SyncStatus.FAILED, refused
+            return
     snapshot = org_snapshot()
     try:
         desired = compile_kueue(snapshot, target)
     except CompileError as exc:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
+    if served is not None:
+        desired, left_out = fit_objects(desired, served)
+        run.notes.extend(left_out)
     if target.at is not None:
         run.notes.extend(budget_notes(snapshot, cluster, target.at))
     desired = _keep_foreign_local_queues(run, client, desired)
@@ -132,6 +145,18 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     if passed is None:
         return
     _apply(run, client, passed, force=force)
+
+
+def _served(run: RunRecord, client: KueueClient) -> ServedKueue | None:
+    """The Kueue the cluster serves, from its own CRDs; None (and a note) when they cannot be read."""
+    try:
+        return served_kueue(client.read_crds())
+    except ClusterCallError as exc:
+        run.notes.append(
+            f"could not read the cluster's Kueue CRDs ({exc.status}): its Kueue version was not checked "
+            "(Allot's role needs get on customresourcedefinitions, deploy/kubernetes/base/rbac.yaml)"
+        )
+        return None
 
 
 def _keep_foreign_local_queues(
