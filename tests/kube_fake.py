@@ -115,15 +115,18 @@ class FakeKueueServer:
     def writes(self) -> list[tuple[str, str]]:
         return [(m, p) for m, p in self.requests if m in ("PATCH", "DELETE") and "dryRun=All" not in p]
 
-    def kubectl_edit(self, kind: str, name: str, change: Any, namespace: str = "") -> None:
-        """Change an object as `kubectl edit` would: another field manager takes the spec."""
+    def kubectl_edit(
+        self, kind: str, name: str, change: Any, namespace: str = "", manager: str = "kubectl-edit"
+    ) -> None:
+        """Change an object as `kubectl edit` (or another controller, ``manager``) would: that field
+        manager takes the quota."""
         obj = self.objects[(kind, namespace, name)]
         change(obj)
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
         obj["metadata"]["generation"] += 1
         obj["metadata"]["managedFields"].append(
-            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {"f:resourceGroups": {}}}}
+            {"manager": manager, "operation": "Update", "fieldsV1": {"f:spec": {"f:resourceGroups": {}}}}
         )
 
     def put_unmanaged(self, obj: dict[str, Any]) -> None:

@@ -383,3 +383,31 @@ def test_an_older_v1beta2_server_gets_its_objects_without_the_fields_it_lacks_an
         assert stored and not any("admissionScope" in o["spec"] for o in stored)
         again = sync(demo, fake)  # and it stays in sync
         assert again.status == SyncStatus.IN_SYNC, again.message
+
+
+def test_a_queue_whose_quota_another_controller_sets_is_a_conflict_not_a_fight(demo, fake):
+    sync(demo, fake)
+    demo.drift_policy = DriftPolicy.CORRECT  # even where drift is corrected: Allot does not force over a controller
+    demo.save()
+    fake.kubectl_edit(
+        "ClusterQueue",
+        "acme.research.speech",
+        lambda o: o["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2].update(nominalQuota="99"),
+        manager="argocd-application-controller",
+    )
+    queue = fake.objects[("ClusterQueue", "", "acme.research.rl")]
+    queue.setdefault("status", {})["effectiveQuotas"] = [
+        {"name": "a100-80gb", "resources": [{"name": "nvidia.com/gpu", "total": "4"}]}
+    ]
+    before = len(fake.writes())
+    run = sync(demo, fake, mode="drift_check")
+    assert run.status == SyncStatus.PARTIAL and outcomes(run) == {"conflict": 2, "unchanged": 43}
+    messages = {o.name: o.message for o in run.results.filter(outcome=SyncOutcome.CONFLICT)}
+    assert messages["acme.research.speech"].startswith("argocd-application-controller sets this ClusterQueue's quota")
+    assert "ignoreDifferences on spec.resourceGroups" in messages["acme.research.speech"]
+    assert messages["acme.research.rl"].startswith("Kueue's DynamicQuotaOrchestration sets this ClusterQueue's quota")
+    assert "feature gate off" in messages["acme.research.rl"]
+    assert "also sets: left alone" in run.message
+    assert len(fake.writes()) == before  # nothing forced
+    stored = fake.objects[("ClusterQueue", "", "acme.research.speech")]
+    assert stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] == "99"

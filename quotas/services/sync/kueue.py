@@ -41,6 +41,7 @@ from quotas.models import (
 )
 from quotas.policy.kueue import compile_kueue, object_key
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
+from quotas.policy.kueue.owners import quota_conflicts
 from quotas.policy.kueue.schema import CrdSchemas
 from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
 from quotas.policy.kueue.usage import queue_usage
@@ -134,7 +135,7 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
         run.run.status = SyncStatus.INVALID
         run.run.message = f"{len(problems)} problem(s) in the compiled objects; nothing was applied"
         return
-    plans = plan_sync(desired, actual)
+    plans = _without_conflicts(run, plan_sync(desired, actual), actual.values())
     plans = _skip_not_ours(run, client, plans)
     drift = mode == SyncMode.DRIFT_CHECK
     force = drift and cluster.drift_policy == DriftPolicy.CORRECT
@@ -198,6 +199,18 @@ def _cluster_label(obj: Mapping[str, Any]) -> str | None:
     on the same API server — two clusters of one installation sharing it — are never ours to delete)."""
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CLUSTER)
     return str(value) if value else None
+
+
+def _without_conflicts(run: RunRecord, plans: list[ObjectPlan], actual: Any) -> list[ObjectPlan]:
+    """Leave alone, as conflicts with what to do, the queues whose quota another controller sets
+    (quotas.policy.kueue.owners): forcing Allot's values back on every sync would only fight it."""
+    conflicts = {c.key: c for c in quota_conflicts(actual)}
+    for conflict in conflicts.values():
+        run.add(conflict.key, SyncOutcome.CONFLICT, message=conflict.message)
+    if conflicts:
+        who = sorted({c.who for c in conflicts.values()})
+        run.notes.append(f"{len(conflicts)} queue(s) whose quota {' and '.join(who)} also sets: left alone, see each")
+    return [plan for plan in plans if plan.key not in conflicts]
 
 
 def _skip_not_ours(run: RunRecord, client: KueueClient, plans: list[ObjectPlan]) -> list[ObjectPlan]:
