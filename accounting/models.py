@@ -26,6 +26,7 @@ class SourceKind(models.TextChoices):
     SLURM = "slurm", "Slurm (sacct)"
     KUEUE = "kueue", "Kueue Workloads"
     DCGM = "dcgm", "DCGM via Prometheus"
+    KUEUE_METRICS = "kueue_metrics", "Kueue's metrics via Prometheus"
     REPLAY = "replay", "Replay file"
 
 
@@ -356,3 +357,28 @@ class MemoryHour(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["cluster", "workload", "hour"], name="memory_once_an_hour")]
         indexes = [models.Index(fields=["flavor", "hour"])]
+
+
+class KueueQueueHour(models.Model):
+    """Kueue's own numbers for one ClusterQueue, flavor and hour, read from its Prometheus metrics
+    (``kueue_cluster_queue_resource_usage`` / ``_reservation``, GPUs; ``kueue_pending_workloads``): what
+    Allot's records are checked against (accounting.policy.kueue_crosscheck)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    cluster_queue = models.CharField(max_length=253)
+    unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    flavor_name = models.CharField(max_length=63)
+    hour = models.DateTimeField()
+    usage = models.FloatField(help_text="Average GPUs in use by admitted workloads over the hour.")
+    reservation = models.FloatField(help_text="Average GPUs of quota reserved (admitted or waiting for checks).")
+    pending = models.FloatField(null=True, blank=True, help_text="Average pending workloads of the queue.")
+    source_run = models.ForeignKey(SourceRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "cluster_queue", "flavor_name", "hour"], name="kueue_queue_once_an_hour"
+            )
+        ]
+        indexes = [models.Index(fields=["hour"])]

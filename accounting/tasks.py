@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from accounting.services import usage_ingest_dcgm, usage_ingest_slurm, usage_resync_kueue, usage_rollup
 from accounting.services.findings import findings_detect
+from accounting.services.kueue_metrics import usage_ingest_kueue_metrics
 from quotas.models import Cluster, ClusterKind
 
 
@@ -59,14 +60,26 @@ def ingest_dcgm(cluster_id: int) -> dict[str, object]:
     return {"run": run.pk, "status": run.status, "counts": run.counts}
 
 
+@shared_task(
+    name="accounting.tasks.ingest_kueue_metrics", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3
+)
+def ingest_kueue_metrics(cluster_id: int) -> dict[str, object]:
+    """Read one Kubernetes cluster's Kueue queue metrics from its Prometheus (the cross-check's other side)."""
+    run = usage_ingest_kueue_metrics(cluster=Cluster.objects.get(pk=cluster_id))
+    return {"run": run.pk, "status": run.status, "counts": run.counts}
+
+
 @shared_task(name="accounting.tasks.ingest_all_dcgm")
 def ingest_all_dcgm() -> list[int]:
-    """From beat: queue a DCGM read of every enabled cluster ALLOT_DCGM_PROMETHEUS names."""
+    """From beat: queue a DCGM read of every enabled cluster ALLOT_DCGM_PROMETHEUS names, and on the
+    Kubernetes ones a read of Kueue's queue metrics from the same Prometheus."""
     names = list(settings.ALLOT_DCGM_PROMETHEUS)
-    ids = list(Cluster.objects.filter(name__in=names, enabled=True).values_list("pk", flat=True))
-    for cluster_id in ids:
+    clusters = list(Cluster.objects.filter(name__in=names, enabled=True).values_list("pk", "kind"))
+    for cluster_id, kind in clusters:
         ingest_dcgm.delay(cluster_id)
-    return ids
+        if kind == ClusterKind.KUBERNETES:
+            ingest_kueue_metrics.delay(cluster_id)
+    return [cluster_id for cluster_id, _ in clusters]
 
 
 @shared_task(name="accounting.tasks.rollup_recent")

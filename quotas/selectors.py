@@ -390,3 +390,17 @@ def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def units_by_queue_name(names: Iterable[str]) -> dict[str, int]:
+    """Kueue ClusterQueue (or Cohort) name → the active unit it is: its adopted name, or its path with dots
+    (one query)."""
+    names = set(names)
+    if not names:
+        return {}
+    paths = {name.replace(".", "/") for name in names}
+    found: dict[str, int] = {}
+    rows = active_units().filter(Q(kueue_name__in=names) | Q(path__in=paths))
+    for uid, path, kueue in rows.values_list("id", "path", "kueue_name"):
+        found[kueue or path.replace("/", ".")] = uid
+    return found

@@ -50,11 +50,28 @@ PROGRESS = {
 """A workload's own progress signal (accounting.policy.dcgm PROGRESS_DOC), served beside its GPU's series."""
 
 
+def kueue_series(queue: str, cohort: str, flavor: str) -> dict[str, str]:
+    """Kueue's queue metrics for one ClusterQueue, with the label sets of Kueue's metrics reference
+    (tests/fixtures/usage/kueue/kueue-metrics-at-ff69552.csv): usage and reservation per flavor and resource,
+    pending workloads per status."""
+    base = (
+        f'cohort="{cohort}",cluster_queue="{queue}",flavor="{flavor}",resource="nvidia.com/gpu",replica_role="leader"'
+    )
+    return {
+        f"usage@{queue}@{flavor}": f"kueue_cluster_queue_resource_usage{{{base}}}",
+        f"reservation@{queue}@{flavor}": f"kueue_cluster_queue_resource_reservation{{{base}}}",
+        f"pending@{queue}": f'kueue_pending_workloads{{cluster_queue="{queue}",status="active",replica_role="leader"}}',
+    }
+
+
+KUEUE = kueue_series("acme.research.nlp", "acme.research", "a100")
+
+
 class Exporter:
     """Serves the chosen real series at /metrics with the values set in ``values`` (key → value)."""
 
     def __init__(self) -> None:
-        self.series = {**real_series(), **PROGRESS}
+        self.series = {**real_series(), **PROGRESS, **KUEUE}
         self.values: dict[str, Any] = {}
         self.served: dict[str, list[float]] = defaultdict(list)
         self.serving = True

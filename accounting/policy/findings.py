@@ -39,6 +39,8 @@ class FindingKind(StrEnum):
     FRAGMENTATION = "fragmentation"
     OVER_SPECIFIED = "over_specified"
     STRANDED_POOL = "stranded_pool"
+    KUEUE_DISAGREES = "kueue_disagrees"
+    QUOTA_HELD_BY_CHECKS = "quota_held_by_checks"
 
 
 BUDGET_KINDS = frozenset({FindingKind.BUDGET_WARN, FindingKind.BUDGET_FORECAST, FindingKind.BUDGET_SPENT})

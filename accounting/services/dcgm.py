@@ -22,7 +22,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from accounting.integrations.prometheus import Prometheus, PrometheusError
@@ -38,7 +37,8 @@ from accounting.policy.dcgm import (
     progress,
     renamed_targets,
 )
-from quotas.models import Cluster, ClusterKind, NamespaceBinding, OrgUnit, ResourceFlavor
+from quotas.models import Cluster, ClusterKind, NamespaceBinding, ResourceFlavor
+from quotas.selectors import units_by_queue_name
 
 SKEW_TOLERANCE_SECONDS = 30
 
@@ -208,7 +208,7 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
     by_model = {_model(f.accelerator_model): f.pk for f in flavors}
     only = flavors[0].pk if len(flavors) == 1 else None
     namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
-    queues = _queue_units({owner.queue for owner in owners if owner.queue})
+    queues = units_by_queue_name({owner.queue for owner in owners if owner.queue})
     jobs: dict[str, tuple[Any, Any]] = {}
     if cluster.kind == ClusterKind.SLURM:
         wanted = {owner.job for owner in owners if owner.job}
@@ -229,21 +229,6 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
         return unit, by_model.get(_model(owner.model), only), f"namespace {owner.namespace}"
 
     return resolve
-
-
-def _queue_units(names: set[str]) -> dict[str, int]:
-    """Kueue ClusterQueue name → the active unit it is (its adopted name, or its path with dots)."""
-    if not names:
-        return {}
-    paths = {name.replace(".", "/") for name in names}
-    found: dict[str, int] = {}
-    for uid, path, kueue in (
-        OrgUnit.objects.filter(archived_at__isnull=True)
-        .filter(Q(kueue_name__in=names) | Q(path__in=paths))
-        .values_list("id", "path", "kueue_name")
-    ):
-        found[kueue or path.replace("/", ".")] = uid
-    return found
 
 
 def _memory_rows(cluster: Cluster, peaks: list[MemoryPeak], run: SourceRun) -> list[MemoryHour]:

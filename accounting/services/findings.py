@@ -30,6 +30,7 @@ from accounting.selectors.finding_windows import quiet_spans, reservation_window
 from accounting.services.anomalies import anomalies_found
 from accounting.services.finding_records import DetectionRun, findings_reconcile
 from accounting.services.fragmentation import fragmentation_found
+from accounting.services.kueue_metrics import kueue_crosscheck_found
 from accounting.services.mismatch import mismatch_found
 from quotas.models import OrgUnit, ResourceFlavor
 
@@ -72,6 +73,7 @@ def findings_detect(
     found += anomalies_found(end, th)
     found += fragmentation_found(end, th)
     found += mismatch_found(start, end, th)
+    found += kueue_crosscheck_found(end - timedelta(hours=24), end)
     return findings_reconcile(found, end, now)
 
 
