@@ -33,6 +33,11 @@ from typing import Any
 from accounting.policy.sacct import EndState
 from quotas.policy.quantity import parse_decimal_quantity
 
+MULTIKUEUE_ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+"""The label MultiKueue puts on the Workloads it creates in a worker cluster (its value: the manager's
+``multiKueue.origin``): such a Workload is the manager's copy, and its use is charged once, on the manager."""
+
+
 LABEL_OWNER = "allot.dev/owner"
 LABEL_PROJECT = "allot.dev/project"
 LABEL_TIER = "allot.dev/tier"

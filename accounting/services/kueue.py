@@ -41,6 +41,7 @@ from accounting.policy.kueue import (
     LABEL_OWNER,
     LABEL_PROJECT,
     LABEL_TIER,
+    MULTIKUEUE_ORIGIN,
     Run,
     WorkloadError,
     WorkloadTrack,
@@ -289,6 +290,9 @@ def _fold(
         uid = str(meta.get("uid") or "")
         where = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
         deleted = kind == "DELETED"
+        if MULTIKUEUE_ORIGIN in (meta.get("labels") or {}):  # a MultiKueue manager's copy: charged there, once
+            tally.add("mirrored_from_manager")
+            continue
         try:
             track = observe(tracks.get(uid), obj, accelerators=table, seen_at=now, deleted=deleted)
         except WorkloadError as exc:

@@ -263,3 +263,16 @@ def test_the_sources_page_shows_the_watchers_runs_and_where_it_resumes(bound, ad
     page = admin_client.get("/usage/sources/").content.decode()
     assert "Kueue Workloads" in page and "resumes from resourceVersion 77" in page
     assert "ADDED vision/job-u-bad:" in page and "is not a Kubernetes quantity" in page
+
+
+def test_a_multikueue_managers_copy_on_a_worker_is_not_charged_twice(bound):
+    """MultiKueue labels the Workload it creates in a worker with kueue.x-k8s.io/multikueue-origin: that is
+    the manager's, charged there; the worker's own Workload beside it is charged as always (issue #30.5)."""
+    mirrored = wl("u-copy", "vision", "10", RUNNING, gpus=8)
+    mirrored["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] = "multikueue"
+    own = wl("u-own", "vision", "10", RUNNING, gpus=2)
+    with WatchScriptServer([list_step([mirrored, own], "10")]) as server:
+        bound.cluster.connection_ref = f"url:{server.url}"
+        run = usage_resync_kueue(cluster=bound.cluster)
+    assert run.status == SourceStatus.OK and run.counts["mirrored_from_manager"] == 1
+    assert set(WorkloadRecord.objects.values_list("scheduler_id", flat=True)) == {"u-own"}

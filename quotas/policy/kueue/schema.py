@@ -211,9 +211,17 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+INLINE_FLAGS = re.compile(r"\(\?([ims]+)\)")
+"""Go's RE2 takes ``(?i)`` anywhere (the AdmissionCheck CRD writes ``^(?i)[a-z]…``); Python only at the start."""
+
+
 @lru_cache(maxsize=512)
 def _regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+    flags = 0
+    for letters in INLINE_FLAGS.findall(pattern):
+        for letter in letters:
+            flags |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}[letter]
+    return re.compile(INLINE_FLAGS.sub("", pattern), flags)
 
 
 _ENV = celpy.Environment()

@@ -23,18 +23,18 @@ def test_the_bundled_kueue_serves_both_versions_and_every_optional_field():
 
 
 def test_no_kueue_and_a_v1beta1_only_kueue_are_refused_with_what_to_do():
-    assert "serves no Kueue CRDs: install Kueue v0.15" in version_problem(served_kueue([]), "west")
+    assert "serves no Kueue CRDs: install Kueue v0.15" in str(version_problem(served_kueue([]), "west"))
     old = copy.deepcopy(crds())
     for crd in old:
         crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
-    message = version_problem(served_kueue(old), "west")
+    message = str(version_problem(served_kueue(old), "west"))
     assert message.startswith("west serves kueue.x-k8s.io v1beta1 only (Kueue v0.14 or older)")
     assert "Upgrade Kueue to v0.15" in message
     not_served = copy.deepcopy(crds())
     for crd in not_served:
         for v in crd["spec"]["versions"]:
             v["served"] = v["name"] != "v1beta2" or crd["spec"]["names"]["kind"] != "Cohort"
-    assert "for Cohort" in version_problem(served_kueue(not_served), "west")
+    assert "for Cohort" in str(version_problem(served_kueue(not_served), "west"))
 
 
 def test_fields_an_older_v1beta2_schema_lacks_are_left_out_and_named():
@@ -49,7 +49,7 @@ def test_fields_an_older_v1beta2_schema_lacks_are_left_out_and_named():
         "spec": {"clusterQueue": "q", "fairSharing": {"weight": "2"}},
     }
     fitted, notes = fit_objects([local, local], served_kueue(old))
-    assert fitted == [{**local, "spec": {"clusterQueue": "q"}}] * 2 and local["spec"]["fairSharing"]  # not mutated
+    assert fitted == [{**local, "spec": {"clusterQueue": "q"}}] * 2 and "fairSharing" in local["spec"]  # not mutated
     assert notes == [
         "left out LocalQueue spec.fairSharing on 2 object(s): this cluster's Kueue does not serve it "
         "(newer Kueue versions do; upgrade it to have it enforced)"
