@@ -404,3 +404,26 @@ def units_by_queue_name(names: Iterable[str]) -> dict[str, int]:
     for uid, path, kueue in rows.values_list("id", "path", "kueue_name"):
         found[kueue or path.replace("/", ".")] = uid
     return found
+
+
+def fleet_targets(cluster: Cluster) -> tuple[Any, KueueTarget, dict[str, KueueTarget]] | None:
+    """The fleet ``cluster`` manages or works for: its spec (quotas.policy.kueue.multikueue.Fleet), the
+    manager's target and each worker's; None when it is in no fleet."""
+    from quotas.models import Fleet, FleetWorker
+    from quotas.policy.kueue.multikueue import Fleet as FleetSpec
+    from quotas.policy.kueue.multikueue import Worker
+
+    fleet = Fleet.objects.filter(manager=cluster).first()
+    if fleet is None:
+        member = FleetWorker.objects.filter(cluster=cluster).select_related("fleet").first()
+        fleet = member.fleet if member else None
+    if fleet is None:
+        return None
+    rows = list(fleet.workers.select_related("cluster"))
+    spec = FleetSpec(
+        fleet.name,
+        fleet.manager.name,
+        tuple(Worker(w.cluster.name, w.kubeconfig_secret) for w in rows),
+        fleet.quota_automation,
+    )
+    return spec, kueue_target(fleet.manager), {w.cluster.name: kueue_target(w.cluster) for w in rows}

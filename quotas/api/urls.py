@@ -4,7 +4,7 @@ config/api.py."""
 from django.urls import path
 from rest_framework.routers import BaseRouter
 
-from .views import catalogue, quota, records, requests, units
+from .views import catalogue, fleets, quota, records, requests, units
 
 
 def register(router: BaseRouter) -> None:
@@ -13,6 +13,7 @@ def register(router: BaseRouter) -> None:
     router.register("reservations", catalogue.ReservationViewSet)
     router.register("contracts", catalogue.ContractViewSet)
     router.register("tiers", catalogue.TierViewSet)
+    router.register("fleets", fleets.FleetViewSet)
     router.register("units", units.UnitViewSet)
     router.register("quotas", quota.QuotaViewSet)
     router.register("audit", records.AuditViewSet)

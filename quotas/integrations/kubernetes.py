@@ -32,8 +32,15 @@ PLURALS = {
     "ClusterQueue": "clusterqueues",
     "LocalQueue": "localqueues",
     "WorkloadPriorityClass": "workloadpriorityclasses",
+    "MultiKueueCluster": "multikueueclusters",
+    "MultiKueueConfig": "multikueueconfigs",
+    "AdmissionCheck": "admissionchecks",
 }
-CRD_NAMES = [f"{plural}.{GROUP}" for plural in PLURALS.values()]
+CRD_NAMES = [
+    f"{PLURALS[kind]}.{GROUP}"
+    for kind in ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
+]
+"""The CRDs every cluster Allot writes to serves (a fleet's manager serves MultiKueue's too)."""
 TIMEOUT = (5, 30)  # connect, read seconds
 
 

@@ -231,3 +231,41 @@ class ReclamationContract(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Fleet(models.Model):
+    """A MultiKueue fleet: one manager cluster users submit to, and its worker clusters that run the work
+    (quotas.policy.kueue.multikueue)."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    manager = models.OneToOneField(Cluster, on_delete=PROTECT, related_name="managed_fleet")
+    quota_automation = models.BooleanField(
+        default=False,
+        help_text="Kueue's MultiKueueManagerQuotaAutomation fills the manager's quotas (quotaManagement: Automated); "
+        "off: Allot compiles each unit's quota summed over the workers.",
+    )
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FleetWorker(models.Model):
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="workers")
+    cluster = models.OneToOneField(Cluster, on_delete=PROTECT, related_name="fleet_worker")
+    position = models.PositiveSmallIntegerField(
+        help_text="Its place in the MultiKueueConfig: Kueue nominates in order."
+    )
+    kubeconfig_secret = models.CharField(
+        max_length=253,
+        help_text="The Secret (in Kueue's namespace on the manager, key 'kubeconfig') the operator created with "
+        "this worker's kubeconfig. Allot only names it.",
+    )
+
+    class Meta:
+        ordering = ["fleet", "position"]
+        constraints = [models.UniqueConstraint(fields=["fleet", "position"], name="fleet_worker_position_unique")]

@@ -5,6 +5,7 @@ from .bindings import membership_add, membership_remove, namespace_bind, namespa
 from .budgets import BudgetChange, budget_delete, budget_edit, budget_set, budget_set_bulk
 from .catalogue import cluster_set, contract_set, flavor_set, reservation_delete, reservation_set, tier_set
 from .change_requests import change_request_approve, change_request_reject, change_request_submit
+from .fleets import fleet_set
 from .quota import QuotaChange, quota_edit, quota_set, quota_set_bulk
 from .units import org_unit_archive, org_unit_create, org_unit_move, org_unit_unarchive, org_unit_update
 
@@ -21,6 +22,7 @@ __all__ = [
     "cluster_set",
     "contract_set",
     "flavor_set",
+    "fleet_set",
     "membership_add",
     "membership_remove",
     "namespace_bind",

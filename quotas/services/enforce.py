@@ -49,6 +49,7 @@ POLICY_ACTIONS = frozenset(
         "tier_set",
         "contract_set",
         "flavor_set",
+        "fleet_set",
         "cluster_set",
         "reservation_set",
         "reservation_delete",

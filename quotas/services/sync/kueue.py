@@ -41,13 +41,14 @@ from quotas.models import (
 )
 from quotas.policy.kueue import compile_kueue, object_key
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
+from quotas.policy.kueue.multikueue import FLEET_KINDS, compile_fleet
 from quotas.policy.kueue.owners import quota_conflicts
 from quotas.policy.kueue.schema import CrdSchemas
 from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
 from quotas.policy.kueue.versions import ServedKueue, fit_objects, served_kueue, version_problem
-from quotas.selectors import kueue_target, org_snapshot
+from quotas.selectors import fleet_targets, kueue_target, org_snapshot
 
 from ..audit import Actor, require_reason
 from ..budget_sync import budget_notes
@@ -107,8 +108,9 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
             run.run.status, run.run.message = SyncStatus.FAILED, refused
             return
     snapshot = org_snapshot()
+    fleet = fleet_targets(cluster)
     try:
-        desired = compile_kueue(snapshot, target)
+        desired = compile_fleet(snapshot, *fleet)[cluster.name] if fleet else compile_kueue(snapshot, target)
     except CompileError as exc:
         run.run.status, run.run.message = SyncStatus.INVALID, str(exc)
         return
@@ -118,7 +120,9 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     if target.at is not None:
         run.notes.extend(budget_notes(snapshot, cluster, target.at))
     desired = _keep_foreign_local_queues(run, client, desired)
-    listed = [obj for kind in APPLY_ORDER for obj in client.list_managed(kind)]
+    manages = fleet is not None and fleet[0].manager == cluster.name
+    kinds = APPLY_ORDER + FLEET_KINDS if manages else APPLY_ORDER  # only a manager serves MultiKueue's kinds
+    listed = [obj for kind in kinds for obj in client.list_managed(kind)]
     actual = {object_key(obj): obj for obj in listed if _cluster_label(obj) in (cluster.name, None)}
     others = sorted({str(_cluster_label(obj)) for obj in listed if _cluster_label(obj) not in (cluster.name, None)})
     if others:

@@ -1,0 +1,122 @@
+"""A MultiKueue fleet end to end (issue #30.5): set up through the service (audited), each cluster synced
+through the official client to its own loopback API server — the manager gets its summed queues and the
+MultiKueue objects, each worker its queues in the manager's namespaces — a second sync writes nothing,
+and an out-of-band edit of the MultiKueueConfig is drift."""
+
+import pytest
+
+from quotas import services
+from quotas.errors import InputError
+from quotas.integrations.kubernetes import KueueClient, api_client_for
+from quotas.models import AuditEvent, ClusterKind
+from quotas.policy import Resource
+from quotas.services.sync import cluster_sync
+from tests.kube_fake import FakeKueueServer
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(admin_user):
+    why = "fleet test"
+    clusters = {
+        name: services.cluster_set(actor=admin_user, reason=why, name=name, kind=ClusterKind.KUBERNETES)
+        for name in ("hub", "west-1", "west-2")
+    }
+    flavors = {
+        name: services.flavor_set(actor=admin_user, reason=why, cluster=clusters[name], name="a100",
+                                  accelerator_model="A100", device_memory_gb=80, physical_devices=devices)
+        for name, devices in (("west-1", 64), ("west-2", 32))
+    }  # fmt: skip
+    acme = services.org_unit_create(actor=admin_user, reason=why, parent=None, kind="organisation", slug="acme")
+    nlp = services.org_unit_create(actor=admin_user, reason=why, parent=acme, kind="team", slug="nlp")
+    changes = [
+        services.QuotaChange(unit.pk, flavors[w].pk, Resource.GPU, g, b)
+        for unit, (g1, g2, b) in ((acme, (64, 32, 0)), (nlp, (32, 16, 8)))
+        for w, g in (("west-1", g1), ("west-2", g2))
+    ]
+    services.quota_set_bulk(actor=admin_user, reason=why, changes=changes)
+    services.namespace_bind(actor=admin_user, reason=why, unit=nlp, cluster=clusters["hub"], namespace="nlp")
+    services.fleet_set(
+        actor=admin_user, reason="one queue for the region", name="west", manager=clusters["hub"],
+        workers=[(clusters["west-1"], "west-1-kubeconfig"), (clusters["west-2"], "west-2-kubeconfig")],
+    )  # fmt: skip
+    return clusters
+
+
+def sync(cluster, server, mode="apply"):
+    client = KueueClient(api_client_for(f"url:{server.url}"))
+    return cluster_sync(actor=None, reason="fleet sync", cluster=cluster, mode=mode, client=client)
+
+
+def test_each_cluster_of_the_fleet_gets_its_objects_and_a_second_sync_writes_nothing(fleet, crd_schemas):
+    assert AuditEvent.objects.filter(action="fleet_set", after__workers__0__0="west-1").exists()
+    servers = {name: FakeKueueServer(crd_schemas) for name in fleet}
+    for server in servers.values():
+        server.__enter__()
+    try:
+        runs = {name: sync(fleet[name], servers[name]) for name in fleet}
+        assert {name: run.status for name, run in runs.items()} == dict.fromkeys(fleet, "applied"), [
+            r.message for r in runs.values()
+        ]
+        hub = servers["hub"].objects
+        kinds = {key[0] for key in hub}
+        assert {"MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck"} <= kinds
+        queue = hub[("ClusterQueue", "", "acme.nlp")]
+        gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+        assert gpu["nominalQuota"] == "48"  # 32 on west-1 + 16 on west-2
+        assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["name"] == "allot-multikueue-west"
+        assert hub[("MultiKueueConfig", "", "west")]["spec"]["clusters"] == ["west-1", "west-2"]
+        for worker, nominal in (("west-1", "32"), ("west-2", "16")):
+            objects = servers[worker].objects
+            assert ("LocalQueue", "nlp", "acme.nlp") in objects  # the manager's namespace and queue name
+            own = objects[("ClusterQueue", "", "acme.nlp")]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+            assert own["nominalQuota"] == nominal and not any(k[0] == "AdmissionCheck" for k in objects)
+        writes = {name: len(server.writes()) for name, server in servers.items()}
+        again = {name: sync(fleet[name], servers[name]).status for name in fleet}
+        assert again == dict.fromkeys(fleet, "in_sync")
+        assert {name: len(server.writes()) for name, server in servers.items()} == writes
+
+        servers["hub"].kubectl_edit(
+            "MultiKueueConfig", "west", lambda o: o["spec"].update(clusters=["west-2", "west-1"])
+        )
+        drift = sync(fleet["hub"], servers["hub"], mode="drift_check")
+        assert drift.status == "drift" and drift.counts.get("drift") == 1
+    finally:
+        for server in servers.values():
+            server.__exit__(None, None, None)
+
+
+def test_a_fleet_kueue_would_refuse_or_a_cluster_in_two_fleets_is_refused(fleet, admin_user):
+    with pytest.raises(InputError, match="hub cannot be a worker of itself"):
+        services.fleet_set(
+            actor=admin_user, reason="t", name="west", manager=fleet["hub"], workers=[(fleet["hub"], "s")]
+        )
+    other = services.cluster_set(actor=admin_user, reason="t", name="east", kind=ClusterKind.KUBERNETES)
+    with pytest.raises(InputError, match="west-1 is already a worker of fleet west"):
+        services.fleet_set(actor=admin_user, reason="t", name="east", manager=other, workers=[(fleet["west-1"], "s")])
+
+
+def test_the_fleet_api_lists_previews_and_sets_a_fleet(fleet, admin_user):
+    from django.contrib.auth.models import User
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    [listed] = api.get("/api/v1/fleets/").json()["results"]
+    assert listed["manager"] == "hub" and [w["cluster"] for w in listed["workers"]] == ["west-1", "west-2"]
+    preview = api.get("/api/v1/fleets/west/kueue/").json()
+    assert set(preview) == {"hub", "west-1", "west-2"}
+    assert any(o["kind"] == "MultiKueueConfig" for o in preview["hub"])
+    reordered = {
+        "name": "west", "manager": "hub", "reason": "west-2 first: it is cheaper",
+        "workers": [{"cluster": "west-2", "kubeconfig_secret": "w2"}, {"cluster": "west-1", "kubeconfig_secret": "w1"}],
+    }  # fmt: skip
+    assert api.post("/api/v1/fleets/", reordered, format="json").status_code == 201
+    config = next(o for o in api.get("/api/v1/fleets/west/kueue/").json()["hub"] if o["kind"] == "MultiKueueConfig")
+    assert config["spec"]["clusters"] == ["west-2", "west-1"]
+    bad = api.post("/api/v1/fleets/", {**reordered, "workers": []}, format="json")
+    assert bad.status_code == 400 and "at least one worker" in str(bad.json())
+    viewer = User.objects.create_user("someone")
+    api.force_authenticate(viewer)
+    assert api.post("/api/v1/fleets/", reordered, format="json").status_code == 403
