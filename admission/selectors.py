@@ -9,7 +9,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from admission.policy.model import AdmissionPolicy, compile_policy
 from quotas.models import Cluster, ClusterKind, Membership, OrgUnit, ResourceFlavor
-from quotas.selectors import kueue_target, org_snapshot, policy_revision
+from quotas.policy.kueue.multikueue import manager_flavors, manager_snapshot
+from quotas.selectors import fleet_targets, kueue_target, org_snapshot, policy_revision
 
 
 def admission_cluster() -> Cluster:
@@ -41,9 +42,24 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         f"{cluster.name}/{name}": gb
         for name, gb in ResourceFlavor.objects.filter(cluster=cluster).values_list("name", "device_memory_gb")
     }
+    snapshot, target = org_snapshot(), kueue_target(cluster)
+    fleet = fleet_targets(cluster)
+    if fleet is not None and fleet[0].manager == cluster.name:
+        # a MultiKueue manager: its queues hold each unit's quota summed over the workers, on flavors named
+        # as theirs (quotas.policy.kueue.multikueue); judge what is submitted there against that
+        spec, _, workers = fleet
+        names = {f.key: f.name for w in workers.values() for f in w.flavors}
+        snapshot = manager_snapshot(snapshot, spec, names)
+        target = replace(target, flavors=manager_flavors(spec, workers))
+        for w in workers.values():
+            for name, gb in ResourceFlavor.objects.filter(cluster__name=w.cluster).values_list(
+                "name", "device_memory_gb"
+            ):
+                key = f"{cluster.name}/{name}"
+                memory[key] = max(memory.get(key, 0), gb)
     policy = compile_policy(
-        org_snapshot(),
-        kueue_target(cluster),
+        snapshot,
+        target,
         members={u: frozenset(m) for u, m in members.items()},
         allowed_tiers={u: frozenset(t) for u, t in allowed.items()},
         flavor_memory=memory,

@@ -120,3 +120,11 @@ def test_the_fleet_api_lists_previews_and_sets_a_fleet(fleet, admin_user):
     viewer = User.objects.create_user("someone")
     api.force_authenticate(viewer)
     assert api.post("/api/v1/fleets/", reordered, format="json").status_code == 403
+
+
+def test_the_webhook_on_the_manager_judges_against_the_fleets_summed_quota(fleet):
+    from admission.selectors import admission_policy
+
+    rule = admission_policy(fleet["hub"]).namespaces["nlp"]
+    assert rule.ceilings == {"a100": 48 + 16}  # guarantee 32 + 16 and burst 8 + 8 over both workers
+    assert admission_policy(fleet["west-1"]).namespaces == {}  # a worker's namespaces are bound on the manager
