@@ -128,3 +128,29 @@ def test_the_webhook_on_the_manager_judges_against_the_fleets_summed_quota(fleet
     rule = admission_policy(fleet["hub"]).namespaces["nlp"]
     assert rule.ceilings == {"a100": 48 + 16}  # guarantee 32 + 16 and burst 8 + 8 over both workers
     assert admission_policy(fleet["west-1"]).namespaces == {}  # a worker's namespaces are bound on the manager
+
+
+def test_a_managers_fleet_is_imported_from_its_multikueue_objects(admin_user, tmp_path, capsys):
+    """The hub of the golden fleet (tests/golden/fleet-hub.yaml) read back: its fleet, workers in order and
+    their Secrets; workers Allot does not know yet are named, and nothing is set up."""
+    from pathlib import Path
+
+    from django.core.management import CommandError, call_command
+
+    from quotas.models import Fleet
+
+    golden = Path(__file__).resolve().parents[1] / "golden" / "fleet-hub.yaml"
+    (tmp_path / "hub.yaml").write_text(golden.read_text())
+    services.cluster_set(actor=admin_user, reason="t", name="hub", kind=ClusterKind.KUBERNETES)
+    services.cluster_set(actor=admin_user, reason="t", name="west-1", kind=ClusterKind.KUBERNETES)
+    with pytest.raises(CommandError, match="lists west-2, not clusters of Allot's yet"):
+        call_command("allot_import_kueue", "--cluster", "hub", "--from-dir", str(tmp_path), "--fleet")
+    assert not Fleet.objects.exists()
+    services.cluster_set(actor=admin_user, reason="t", name="west-2", kind=ClusterKind.KUBERNETES)
+    call_command("allot_import_kueue", "--cluster", "hub", "--from-dir", str(tmp_path), "--fleet")
+    assert "fleet west: manager hub, workers west-1, west-2" in capsys.readouterr().out
+    fleet = Fleet.objects.get(name="west")
+    assert [(w.cluster.name, w.kubeconfig_secret) for w in fleet.workers.all()] == [
+        ("west-1", "west-1-kubeconfig"),
+        ("west-2", "west-2-kubeconfig"),
+    ]

@@ -11,6 +11,7 @@ from quotas.errors import InputError
 from quotas.integrations.kubernetes import PLURALS, ClusterCallError, KueueClient, api_client_for
 from quotas.models import Cluster, ClusterKind
 from quotas.policy.kueue.importer import read_kueue
+from quotas.policy.kueue.multikueue import FLEET_KINDS, read_fleets
 from quotas.policy.violations import PolicyViolationError
 from quotas.services.kueue_import import kueue_import
 
@@ -29,6 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--connection-ref", default="", help="for a new cluster: kubeconfig:/path, in-cluster …")
         parser.add_argument("--reason", default="adopted from an existing Kueue setup")
         parser.add_argument(
+            "--fleet",
+            action="store_true",
+            help="the cluster is a MultiKueue manager: set up its fleet from its MultiKueueConfig and "
+            "MultiKueueClusters (the workers must be Allot clusters already; import the tree from a worker)",
+        )
+        parser.add_argument(
             "--accept-notes",
             action="store_true",
             help="import although some settings cannot be carried over (each is listed as a note first)",
@@ -45,6 +52,9 @@ class Command(BaseCommand):
                 connection_ref=options["connection_ref"],
             )
         objects = self._from_dir(options["from_dir"]) if options["from_dir"] else self._from_cluster(cluster)
+        if options["fleet"]:
+            self._fleet(cluster, objects, options["reason"])
+            return
         losses = read_kueue(objects).losses
         if losses and not options["accept_notes"]:
             for loss in losses:
@@ -79,9 +89,46 @@ class Command(BaseCommand):
                 raise CommandError(f"{path}: not valid YAML: {exc}") from exc
         return objects
 
+    def _fleet(self, cluster: Cluster, objects: list[dict[str, Any]], reason: str) -> None:
+        fleets, notes = read_fleets(objects, cluster.name)
+        for note in notes:
+            self.stdout.write(f"note: {note}")
+        if not fleets:
+            raise CommandError(f"{cluster.name} has no MultiKueueConfig: it is not a MultiKueue manager")
+        known = {c.name: c for c in Cluster.objects.all()}
+        for fleet in fleets:
+            missing = [w.cluster for w in fleet.workers if w.cluster not in known]
+            if missing:
+                raise CommandError(
+                    f"fleet {fleet.name} lists {', '.join(missing)}, not clusters of Allot's yet: add each (or import "
+                    "its tree with allot_import_kueue --cluster <worker> --from-cluster), then run this again"
+                )
+            try:
+                workers = [(known[w.cluster], w.kubeconfig_secret) for w in fleet.workers]
+                automated = fleet.quota_automation
+                services.fleet_set(
+                    actor=None,
+                    reason=reason,
+                    name=fleet.name,
+                    manager=cluster,
+                    workers=workers,
+                    quota_automation=automated,
+                )
+            except InputError as exc:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(
+                f"fleet {fleet.name}: manager {cluster.name}, workers {', '.join(w.cluster for w in fleet.workers)}"
+            )
+
     def _from_cluster(self, cluster: Cluster) -> list[dict[str, Any]]:
         try:
             client = KueueClient(api_client_for(cluster.connection_ref))
-            return [obj for kind in PLURALS for obj in client.list_all(kind)]
+            objects = [obj for kind in PLURALS if kind not in FLEET_KINDS for obj in client.list_all(kind)]
         except (ValueError, ClusterCallError) as exc:
             raise CommandError(f"cannot read {cluster.name}: {exc}") from exc
+        for kind in FLEET_KINDS:  # only a MultiKueue manager serves these
+            try:
+                objects += client.list_all(kind)
+            except ClusterCallError:
+                break
+        return objects

@@ -171,3 +171,30 @@ def _with_fleet_objects(hub: Sequence[Object], fleet: Fleet, target: KueueTarget
     flavors = [o for o in hub if o["kind"] == "ResourceFlavor"]
     rest = [o for o in hub if o["kind"] != "ResourceFlavor"]
     return [*flavors, *clusters, config, check, *rest]
+
+
+def read_fleets(objects: Sequence[Mapping[str, Any]], manager: str) -> tuple[list[Fleet], list[str]]:
+    """The fleets a manager's MultiKueueConfigs describe, with each worker's kubeconfig Secret from its
+    MultiKueueCluster (an import); notes for what cannot be carried over (a worker named by a
+    ClusterProfile, or without its MultiKueueCluster)."""
+    sources = {
+        str(o["metadata"]["name"]): ((o.get("spec") or {}).get("clusterSource") or {})
+        for o in objects
+        if o.get("kind") == "MultiKueueCluster"
+    }
+    fleets, notes = [], []
+    for config in (o for o in objects if o.get("kind") == "MultiKueueConfig"):
+        name = str(config["metadata"]["name"])
+        spec = config.get("spec") or {}
+        workers = []
+        for cluster in spec.get("clusters") or ():
+            kubeconfig = (sources.get(cluster) or {}).get("kubeConfig") or {}
+            if kubeconfig.get("locationType", "Secret") != "Secret" or not kubeconfig.get("location"):
+                notes.append(
+                    f"{name}: worker {cluster} has no kubeconfig Secret (a path or a ClusterProfile, or no "
+                    "MultiKueueCluster): give it one when you set the fleet up"
+                )
+                continue
+            workers.append(Worker(str(cluster), str(kubeconfig["location"])))
+        fleets.append(Fleet(name, manager, tuple(workers), spec.get("quotaManagement") == "Automated"))
+    return fleets, notes
