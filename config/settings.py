@@ -483,6 +483,12 @@ ALLOT_FINDINGS_THRESHOLDS = {
     for name, default in _finding_defaults().items()
     if f"ALLOT_FINDINGS_{name.upper()}" in os.environ
 }
+ALLOT_FINDINGS_OPERATOR_EMAILS = env_list(
+    "ALLOT_FINDINGS_OPERATOR_EMAILS",
+    [],
+    help="Who is told of fleet-wide findings, which belong to no unit (fragmentation, a stranded pool): the fleet's "
+    "operators' addresses; empty: they are only in a platform admin's findings inbox.",
+)
 ALLOT_FINDINGS_SNOOZE_DAYS = env_int("ALLOT_FINDINGS_SNOOZE_DAYS", 30, help="How long a dismissed finding stays quiet.")
 # The governance plan (accounting/policy/planner.py Settings): how far one cycle may move a guarantee —
 # ALLOT_PLAN_MAX_MOVE_SHARE of it (default 0.5) or ALLOT_PLAN_MAX_MOVE_MIN devices (default 8, one node),

@@ -147,8 +147,11 @@ def _lead_emails(unit_ids: set[int]) -> dict[int, list[str]]:
 
 
 def _mail_opened(opened: list[Finding], paths: Mapping[int, str]) -> None:
-    """Each new finding to its unit's leads; a lead with more than DIGEST_OVER gets one list instead."""
+    """Each new finding to its unit's leads, and a fleet-wide one (no unit: fragmentation, a stranded pool)
+    to the fleet's operators (ALLOT_FINDINGS_OPERATOR_EMAILS); anyone with more than DIGEST_OVER gets one
+    list instead."""
     emails = _lead_emails({f.unit_id for f in opened if f.unit_id})
+    emails[0] = list(settings.ALLOT_FINDINGS_OPERATOR_EMAILS)
     per_person: dict[str, list[Finding]] = defaultdict(list)
     for finding in opened:
         for email in emails.get(finding.unit_id or 0, []):

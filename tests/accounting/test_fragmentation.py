@@ -52,9 +52,13 @@ def test_a_kubernetes_clusters_nodes_and_pods_through_the_client(labelled, crd_s
     assert (sample.free, sample.index, sample.waiting, sample.blocks) == (90, 1.0, list(found.waiting), {"6": 15})
 
 
-def test_persistent_unusable_capacity_becomes_a_finding(labelled, client):
+def test_persistent_unusable_capacity_becomes_a_finding(
+    labelled, client, settings, mailoutbox, django_capture_on_commit_callbacks
+):
     org = labelled
     from quotas.models import ResourceFlavor
+
+    settings.ALLOT_FINDINGS_OPERATOR_EMAILS = ["gpu-ops@example.org"]  # a fleet-wide finding has no unit's leads
 
     flavor = ResourceFlavor.objects.get(name="a100")
     for h in range(24):
@@ -64,9 +68,12 @@ def test_persistent_unusable_capacity_becomes_a_finding(labelled, client):
             usable=0 if stuck else 90, index=1.0 if stuck else 0.0, largest_block=6, whole_free_nodes=0,
             pending_gpus=64 if stuck else 0, waiting=["team-a/pretrain: 8 × 8 GPUs"] if stuck else [],
         )  # fmt: skip
-    findings_detect(end=NOW, now=NOW)
+    with django_capture_on_commit_callbacks(execute=True):
+        findings_detect(end=NOW, now=NOW)
     finding = Finding.objects.get(kind="fragmentation")
     assert finding.flavor == flavor and finding.unit is None
+    [mail] = [m for m in mailoutbox if "gpu-ops@example.org" in m.to]
+    assert mail.subject.startswith("[Allot] fragmentation: west/a100: 90 GPUs free")
     assert finding.summary == (
         "west/a100: 90 GPUs free, 90 of them unusable by what waits (team-a/pretrain: 8 × 8 GPUs) — largest free "
         "block 6, in 12 of 24 hours"

@@ -108,11 +108,12 @@ def test_each_worker_has_the_managers_namespaces_and_queues_with_its_own_quota()
     assert [f["name"] for f in west2["spec"]["resourceGroups"][0]["flavors"]] == ["a100", "h100"]
 
 
-def test_under_quota_automation_the_managers_queues_carry_no_quota():
+def test_under_quota_automation_the_managers_queues_carry_no_quota(crd_schemas):
     snapshot, fleet, manager, workers = fleet_tree()
     from dataclasses import replace
 
     hub = compile_fleet(snapshot, replace(fleet, quota_automation=True), manager, workers)["hub"]
+    assert [str(p) for p in validate_objects(hub, crd_schemas)] == []
     assert not any("resourceGroups" in o["spec"] for o in hub if o["kind"] in ("ClusterQueue", "Cohort"))
     assert next(o for o in hub if o["kind"] == "MultiKueueConfig")["spec"]["quotaManagement"] == "Automated"
 
