@@ -306,12 +306,26 @@ def _fold(
         return
     maps = _Maps(
         dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id")),
-        {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)},
+        _flavors(cluster),
         {priority_class_name(name): name for name in WorkloadTier.objects.values_list("name", flat=True)},
     )  # once per batch, not per Workload
     for uid in sorted(changed):
         _write(cluster, run, records.get(uid), tracks[uid], tally, maps)
     tally.add("workloads", len(changed))
+
+
+def _flavors(cluster: Cluster) -> dict[str, ResourceFlavor]:
+    """Flavor name → flavor. A MultiKueue manager has none of its own: its Workloads (the ones charged, their
+    copies on the workers are not) are admitted to flavors named as the workers', the first worker's in the
+    fleet's order standing for the name."""
+    from quotas.models import Fleet
+
+    found = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
+    fleet = Fleet.objects.filter(manager=cluster).first()
+    if fleet is not None:
+        for worker in fleet.workers.order_by("-position"):  # the first worker's last: it wins a shared name
+            found.update({f.name: f for f in ResourceFlavor.objects.filter(cluster_id=worker.cluster_id)})
+    return found
 
 
 def _from_owner(

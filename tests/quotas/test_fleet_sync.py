@@ -154,3 +154,22 @@ def test_a_managers_fleet_is_imported_from_its_multikueue_objects(admin_user, tm
         ("west-1", "west-1-kubeconfig"),
         ("west-2", "west-2-kubeconfig"),
     ]
+
+
+def test_a_managers_workload_is_charged_once_on_the_workers_flavor_to_its_unit(fleet):
+    """The manager's Workload is the one charged (its copies on the workers are not): to the unit its
+    namespace is bound to on the manager, on the flavor of that name (the first worker's)."""
+    from accounting.models import WorkloadRecord
+    from accounting.services.kueue import usage_resync_kueue
+    from quotas.models import OrgUnit, ResourceFlavor
+    from tests.accounting.test_kueue_usage import RUNNING, wl
+    from tests.kube_watch import WatchScriptServer, list_step
+
+    hub = fleet["hub"]
+    with WatchScriptServer([list_step([wl("u-hub", "nlp", "10", RUNNING, gpus=8)], "10")]) as server:
+        hub.connection_ref = f"url:{server.url}"
+        run = usage_resync_kueue(cluster=hub)
+    assert run.counts.get("unresolved_flavor", 0) == 0 and run.counts.get("unresolved_namespace", 0) == 0
+    record = WorkloadRecord.objects.get(scheduler_id="u-hub")
+    assert record.unit == OrgUnit.objects.get(path="acme/nlp")
+    assert record.flavor == ResourceFlavor.objects.get(cluster__name="west-1", name="a100") and record.devices == 8
