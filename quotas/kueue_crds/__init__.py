@@ -10,12 +10,12 @@ CRD_DIR = Path(__file__).resolve().parent
 KUEUE_COMMIT = "ff69552e79ad21652c36caa97038382e55625cf7"
 KUEUE_VERSION = "v0.20.0-devel-377-gff69552e79 (main after v0.19.2)"
 KINDS = (
+    "admissionchecks",
     "clusterqueues",
     "cohorts",
     "localqueues",
-    "resourceflavors",
-    "workloadpriorityclasses",
-    "admissionchecks",
     "multikueueclusters",
     "multikueueconfigs",
+    "resourceflavors",
+    "workloadpriorityclasses",
 )
