@@ -54,15 +54,11 @@ def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def usage_ingest_dcgm(
-    *, cluster: Cluster, prometheus: Prometheus | None = None, now: datetime | None = None
-) -> SourceRun:
-    """Read ``cluster``'s GPU activity from its last watermark (see the module docstring). Returns the
-    recorded SourceRun; Prometheus's failures are recorded in it, not raised."""
-    now = now or timezone.now()
-    prometheus = prometheus or prometheus_for(cluster)
+def read_window(source: str, cluster: Cluster, now: datetime) -> tuple[datetime, datetime]:
+    """The hours a Prometheus read of ``source`` covers: from its last watermark less the overlap (or the
+    lookback on a cluster's first read) to the hour ``now`` is in (read as far as it goes)."""
     previous = (
-        SourceRun.objects.filter(source=SourceKind.DCGM, cluster=cluster, watermark__isnull=False)
+        SourceRun.objects.filter(source=source, cluster=cluster, watermark__isnull=False)
         .exclude(status=SourceStatus.FAILED)
         .order_by("-watermark")
         .first()
@@ -71,7 +67,17 @@ def usage_ingest_dcgm(
         start = _hour(previous.watermark - timedelta(seconds=settings.ALLOT_USAGE_DCGM_OVERLAP_SECONDS))
     else:
         start = _hour(now - timedelta(seconds=settings.ALLOT_USAGE_DCGM_LOOKBACK_SECONDS))
-    last = _hour(now)  # the hour now is in: read as far as it goes
+    return start, _hour(now)
+
+
+def usage_ingest_dcgm(
+    *, cluster: Cluster, prometheus: Prometheus | None = None, now: datetime | None = None
+) -> SourceRun:
+    """Read ``cluster``'s GPU activity from its last watermark (see the module docstring). Returns the
+    recorded SourceRun; Prometheus's failures are recorded in it, not raised."""
+    now = now or timezone.now()
+    prometheus = prometheus or prometheus_for(cluster)
+    start, last = read_window(SourceKind.DCGM, cluster, now)
     run = SourceRun.objects.create(
         source=SourceKind.DCGM,
         cluster=cluster,

@@ -322,9 +322,9 @@ def _flavors(cluster: Cluster) -> dict[str, ResourceFlavor]:
 
     found = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
     fleet = Fleet.objects.filter(manager=cluster).first()
-    if fleet is not None:
-        for worker in fleet.workers.order_by("-position"):  # the first worker's last: it wins a shared name
-            found.update({f.name: f for f in ResourceFlavor.objects.filter(cluster_id=worker.cluster_id)})
+    if fleet is not None:  # one query; the first worker's last, so it wins a shared name
+        workers = ResourceFlavor.objects.filter(cluster__fleet_worker__fleet=fleet)
+        found.update({f.name: f for f in workers.order_by("-cluster__fleet_worker__position")})
     return found
 
 

@@ -18,7 +18,6 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
@@ -27,7 +26,7 @@ from accounting.integrations.prometheus import Prometheus, PrometheusError
 from accounting.models import KueueQueueHour, SourceKind, SourceRun, SourceStatus, UsageHour
 from accounting.policy.findings import Found
 from accounting.policy.kueue_crosscheck import QueueHour, crosscheck
-from accounting.services.dcgm import prometheus_for
+from accounting.services.dcgm import prometheus_for, read_window
 from quotas.models import Cluster, OrgUnit, ResourceFlavor
 from quotas.selectors import units_by_queue_name
 
@@ -64,17 +63,7 @@ def usage_ingest_kueue_metrics(
     recorded on the run, not raised."""
     now = now or timezone.now()
     prometheus = prometheus or prometheus_for(cluster)
-    previous = (
-        SourceRun.objects.filter(source=SourceKind.KUEUE_METRICS, cluster=cluster, watermark__isnull=False)
-        .exclude(status=SourceStatus.FAILED)
-        .order_by("-watermark")
-        .first()
-    )
-    if previous and previous.watermark:
-        start = _hour(previous.watermark - timedelta(seconds=settings.ALLOT_USAGE_DCGM_OVERLAP_SECONDS))
-    else:
-        start = _hour(now - timedelta(seconds=settings.ALLOT_USAGE_DCGM_LOOKBACK_SECONDS))
-    last = _hour(now)
+    start, last = read_window(SourceKind.KUEUE_METRICS, cluster, now)
     run = SourceRun.objects.create(
         source=SourceKind.KUEUE_METRICS,
         cluster=cluster,
