@@ -69,6 +69,7 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         exempt_namespaces=frozenset(settings.ALLOT_ADMISSION_EXEMPT_NAMESPACES),
         accelerators=dict(settings.ALLOT_ACCELERATORS),
         controllers=frozenset(settings.ALLOT_ADMISSION_CONTROLLERS),
+        ungoverned_gpu=settings.ALLOT_ADMISSION_UNGOVERNED_GPU,
     )
 
 

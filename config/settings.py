@@ -612,6 +612,17 @@ ALLOT_ADMISSION_MAX_BODY_BYTES = env_int(
 ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list(
     "ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"], help="Namespaces never checked."
 )
+ALLOT_ADMISSION_UNGOVERNED_GPU = env_str(
+    "ALLOT_ADMISSION_UNGOVERNED_GPU",
+    "deny",
+    help=(
+        "A GPU request in a namespace no team holds, where the webhook is sent one: deny (refused, saying to "
+        "bind the namespace) or allow (admitted with a warning). Anything asking for no accelerator there is "
+        "never blocked; the shipped webhooks are sent only namespaces labelled allot.dev/governed=true."
+    ),
+)
+if ALLOT_ADMISSION_UNGOVERNED_GPU not in ("deny", "allow"):
+    raise ImproperlyConfigured(f"ALLOT_ADMISSION_UNGOVERNED_GPU={ALLOT_ADMISSION_UNGOVERNED_GPU!r}: use deny or allow")
 ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000, help="Decision-log rows kept.")
 ALLOT_ADMISSION_BACKGROUND = env_bool(
     "ALLOT_ADMISSION_BACKGROUND",

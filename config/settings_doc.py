@@ -210,6 +210,21 @@ OUTSIDE_PYTHON = (  # read by the container's entrypoint, the webhook's nginx, a
         "A test that needs a missing server fails instead of skipping (.ci/run sets 1).",
         "tests/conftest.py",
     ),
+    Setting(
+        "ALLOT_KUBE_ASSETS",
+        "a folder",
+        "unset (the tests marked kube are skipped, saying how to get the assets)",
+        "The real control plane for the tests marked kube: kube-apiserver.xz, kube-controller-manager.xz, kueue.xz "
+        "and kueue-v*/crds (etcd comes from Debian's etcd-server). .ci/run points it at the workplace's kube-assets.",
+        "tests/kube_cluster.py",
+    ),
+    Setting(
+        "ALLOT_TEST_KUEUE_SHARING",
+        "fair / classic",
+        "`fair`",
+        "How the test control plane's Kueue shares unused quota: its fairSharing configuration on or off.",
+        "tests/kube_cluster.py",
+    ),
 )
 
 

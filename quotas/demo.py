@@ -241,12 +241,12 @@ def _catalogue(admin: User) -> None:
             description="non-preemptible capacity held back from guarantees",
         )
     for name, within, grace, window, every, exit_s, cohort in [
-        ("standard", 900, 60, 120, 900, 60, "LowerPriority"),
+        ("standard", 900, 60, 120, 900, 60, "Any"),
         ("serving-strict", 300, 30, 0, 1800, 30, "Any"),
         # each promise holds for the worst-case borrower: what a borrower may keep of others' devices
         # (window + grace + exit + a pass: standard 4m10s, research 4m40s) fits serving's 5 minutes;
         # research's own promise is relaxed (an hour)
-        ("research-relaxed", 3600, 120, 120, 1800, 30, "LowerPriority"),
+        ("research-relaxed", 3600, 120, 120, 1800, 30, "Any"),
     ]:
         services.contract_set(
             actor=admin,

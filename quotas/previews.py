@@ -7,14 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from quotas.models import Cluster, ClusterKind
+from django.core.cache import cache
+
+from quotas.models import Cluster, ClusterKind, OrgUnit
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.kueue import compile_kueue
 from quotas.policy.kueue.diff import Action, ObjectPlan, preview
+from quotas.policy.kueue.reach import reachable
+from quotas.policy.kueue.translate import CompileError, kueue_name
 from quotas.policy.slurm.diff import preview_slurm
 from quotas.policy.slurm.translate import compile_slurm
 from quotas.policy.violations import Violation
-from quotas.selectors import flavor_keys, kueue_target, org_snapshot, slurm_target
+from quotas.selectors import flavor_keys, kueue_target, org_snapshot, policy_revision, slurm_target
 from quotas.services.quota import QuotaChange, proposed_quota
 
 
@@ -68,3 +72,30 @@ def quota_change_preview(changes: Sequence[QuotaChange]) -> Preview:
             ObjectPlan(f"Slurm {c.kind}", "", c.name, actions[c.action], c.changes) for c in commands
         ]
     return Preview(violations, clusters)
+
+
+def kueue_reach(unit_id: int) -> dict[str, int]:
+    """Flavor key → the most GPUs the unit's own ClusterQueue can ever be admitted on a Kubernetes cluster,
+    with the rest of the tree idle (quotas.policy.kueue.reach: what the admission webhook enforces where it
+    is below the tree's ceiling). Units without a queue of their own on a cluster have no entry. Cached
+    per policy revision in the shared cache."""
+    revision = policy_revision()
+    key = f"allot:kueue-reach:{revision}"
+    found: dict[tuple[str, str], int] | None = cache.get(key)
+    if found is None:
+        found = {}
+        snapshot = org_snapshot()
+        for cluster in Cluster.objects.filter(kind=ClusterKind.KUBERNETES, enabled=True):
+            try:
+                objects = compile_kueue(snapshot, replace(kueue_target(cluster), at=None))
+            except CompileError:
+                continue
+            for (queue, flavor, resource), value in reachable(objects).items():
+                if resource == "nvidia.com/gpu":
+                    found[(queue, f"{cluster.name}/{flavor}")] = int(value)
+        cache.set(key, found, 3600)
+    unit = OrgUnit.objects.filter(pk=unit_id).values("kueue_name", "path").first()
+    if unit is None:
+        return {}
+    queue = unit["kueue_name"] or kueue_name(unit["path"])
+    return {flavor: value for (name, flavor), value in found.items() if name == queue}

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kube_cluster import assets_problem as kube_assets_problem
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
@@ -48,6 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "slurm": _slurm_answers(),
         "kubectl": shutil.which("kubectl") is not None,
         "prometheus": shutil.which("prometheus") is not None,
+        "kube": kube_assets_problem() is None,
     }
     how = {
         "postgres": "set DATABASE_URL",
@@ -56,6 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "slurm": "start it with deploy/slurm/local-slurm.sh",
         "kubectl": "install kubectl (it renders deploy/kubernetes with kubectl kustomize)",
         "prometheus": "apt-get install prometheus",
+        "kube": kube_assets_problem() or "",
     }
     for item in items:
         for marker, present in have.items():
@@ -198,3 +202,17 @@ def prometheus(dcgm_exporter):
     server = PrometheusServer(dcgm_exporter)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def kube_plane(tmp_path_factory):
+    """A real control plane (etcd, kube-apiserver, kube-controller-manager, Kueue) for the whole session
+    (tests/kube_cluster.py); tests marked ``kube`` take a namespace and queue names of their own."""
+    from tests.kube_cluster import start_for_session
+
+    problem = kube_assets_problem()
+    if problem:
+        pytest.fail(problem) if os.environ.get("ALLOT_REQUIRE_SERVERS") == "1" else pytest.skip(problem)
+    plane = start_for_session(tmp_path_factory.mktemp("kube"))
+    yield plane
+    plane.stop()

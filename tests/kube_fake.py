@@ -72,6 +72,9 @@ class FakeKueueServer:
         """The CustomResourceDefinitions it serves (apiextensions.k8s.io/v1): Kueue's, by default the bundled
         ones; a test gives an older Kueue's to see what Allot does with it."""
         self.namespaces = namespaces
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        """Labels Allot applied to each namespace (the fake keeps only one field manager's)."""
+        self.requests_by_manager: dict[str, list[str]] = {}
         self.token = token
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.core: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
@@ -113,7 +116,15 @@ class FakeKueueServer:
 
     # --- what tests look at and do out of band ------------------------------------------------------
     def writes(self) -> list[tuple[str, str]]:
-        return [(m, p) for m, p in self.requests if m in ("PATCH", "DELETE") and "dryRun=All" not in p]
+        """Writes of Kueue objects (namespace labels are counted apart: ``namespace_writes``)."""
+        return [
+            (m, p)
+            for m, p in self.requests
+            if m in ("PATCH", "DELETE") and "dryRun=All" not in p and not p.startswith("/api/v1/namespaces")
+        ]
+
+    def namespace_writes(self) -> list[str]:
+        return [p for m, p in self.requests if m == "PATCH" and p.startswith("/api/v1/namespaces")]
 
     def kubectl_edit(
         self, kind: str, name: str, change: Any, namespace: str = "", manager: str = "kubectl-edit"
@@ -141,6 +152,10 @@ class FakeKueueServer:
             return 401, status(401, "Unauthorized", "Unauthorized")
         url = urlparse(raw_path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path.rstrip("/") == "/apis" and method == "GET":
+            return 200, self._discovery()
+        if url.path.startswith("/api/v1/namespaces") and url.path.count("/") <= 4:
+            return self._namespace(method, url.path, body, query)
         if url.path in ("/api/v1/nodes", "/api/v1/pods") and method == "GET":
             return 200, self._core_list(url.path.rsplit("/", 1)[-1], query)
         if url.path.startswith(CRD_PREFIX) and method == "GET":
@@ -170,6 +185,36 @@ class FakeKueueServer:
             self.version += 1
             return 200, self.objects.pop(key)
         return self._apply(kind, key, body, query)
+
+    def _namespace(self, method: str, path: str, body: Any, query: dict[str, str]) -> tuple[int, Any]:
+        """Namespaces: listed with a label selector (``a=b,c=d``) and their labels server-side applied by a field
+        manager (what it applied before and not now is removed). Any namespace exists unless ``namespaces`` says
+        which do."""
+        name = path.removeprefix("/api/v1/namespaces").strip("/")
+        if method == "GET" and not name:
+            wanted = dict(term.split("=", 1) for term in filter(None, query.get("labelSelector", "").split(",")))
+            items = [
+                {"metadata": {"name": n, "labels": labels}}
+                for n, labels in sorted(self.namespace_labels.items())
+                if all(labels.get(k) == v for k, v in wanted.items())
+            ]
+            return 200, {"kind": "NamespaceList", "apiVersion": "v1", "items": items}
+        if self.namespaces is not None and name not in self.namespaces:
+            return 404, status(404, "NotFound", f'namespaces "{name}" not found', name=name, kind="namespaces")
+        if method == "PATCH":
+            self.requests_by_manager.setdefault(query.get("fieldManager", ""), []).append(name)
+            self.namespace_labels[name] = dict((body.get("metadata") or {}).get("labels") or {})
+            return 200, {"metadata": {"name": name, "labels": self.namespace_labels[name]}}
+        return 200, {"metadata": {"name": name, "labels": self.namespace_labels.get(name, {})}}
+
+    def _discovery(self) -> dict[str, Any]:
+        """``GET /apis``: the kueue.x-k8s.io versions its CRDs serve, newest first (as the server orders them)."""
+        served = sorted(
+            {v["name"] for crd in self.crds.values() for v in crd["spec"]["versions"] if v.get("served")}, reverse=True
+        )
+        versions = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in served]
+        groups = [{"name": "kueue.x-k8s.io", "versions": versions, "preferredVersion": versions[0]}] if versions else []
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
     def _core_list(self, what: str, query: dict[str, str]) -> dict[str, Any]:
         """A NodeList or PodList as the API server pages it (``limit``, ``continue``), honouring a

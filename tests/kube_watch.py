@@ -64,6 +64,20 @@ def watch_step(since: str, events: list[dict[str, Any]], *, end: str = "close", 
     return {"request": {"path": WORKLOADS, "query": query}, "events": events, "end": end}
 
 
+DISCOVERY = {
+    "kind": "APIGroupList",
+    "apiVersion": "v1",
+    "groups": [
+        {
+            "name": "kueue.x-k8s.io",
+            "versions": [{"groupVersion": "kueue.x-k8s.io/v1beta2", "version": "v1beta2"}],
+            "preferredVersion": {"groupVersion": "kueue.x-k8s.io/v1beta2", "version": "v1beta2"},
+        }
+    ],
+}
+"""What ``GET /apis`` answers: a Kueue serving v1beta2."""
+
+
 class WatchScriptServer:
     def __init__(self, steps: list[dict[str, Any]]) -> None:
         self.steps = list(steps)
@@ -80,6 +94,16 @@ class WatchScriptServer:
                 pass
 
             def do_GET(self) -> None:
+                if (
+                    self.path.rstrip("/") == "/apis"
+                ):  # API discovery (which Kueue version to speak): not a scripted step
+                    data = json.dumps(DISCOVERY).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if server.served >= len(server.steps):
                     server.mismatches.append(f"unexpected GET {self.path}")
                     self.send_response(500)

@@ -109,12 +109,7 @@ def _review(
         return _deny(Reason.MALFORMED, f"request.{key} is missing or has no metadata", kind=kind)
     rule = policy.namespaces.get(namespace)
     if rule is None:
-        return _deny(
-            Reason.NAMESPACE_UNBOUND,
-            f"namespace {namespace!r} is not bound to any team on cluster {policy.cluster}: "
-            f"ask a platform admin to bind it in Allot",
-            kind=kind,
-        )
+        return _ungoverned(policy, group, kind, obj, namespace)
     try:
         sets = pod_sets(group, kind, obj)
     except WorkloadError as exc:
@@ -127,6 +122,34 @@ def _review(
                 Reason.MALFORMED, f"metadata.{name} must map strings to strings", kind=kind, unit=rule.unit_path
             )
     return Review(policy, group, kind, obj, rule, sets, dict(labels), dict(annotations))
+
+
+def _ungoverned(policy: AdmissionPolicy, group: str, kind: str, obj: Mapping[str, Any], namespace: str) -> Decision:
+    """A namespace no team holds is not Allot's to govern: what asks for no accelerator (a DaemonSet's pod in
+    gpu-operator, monitoring, cert-manager) is never blocked. One that asks for accelerators is refused — or
+    admitted with a warning where ``policy.ungoverned_gpu`` is ``allow`` (ALLOT_ADMISSION_UNGOVERNED_GPU)."""
+    try:
+        sets = pod_sets(group, kind, obj)
+    except WorkloadError:
+        sets = []  # not Allot's to judge here
+    asks = any(
+        any(n > 0 for n in podset.devices_per_pod(policy.accelerators).values())
+        or podset.ungoverned(policy.accelerators)
+        for podset in sets
+    )
+    if not asks:
+        return Decision(True, Reason.NOT_CHECKED, f"namespace {namespace!r} is not governed by Allot", kind=kind)
+    message = (
+        f"namespace {namespace!r} is not bound to any team on cluster {policy.cluster}, and this {kind} asks "
+        f"for GPUs: ask a platform admin to bind the namespace to its team in Allot"
+    )
+    if policy.ungoverned_gpu == "allow":
+        return Decision(True, Reason.NOT_CHECKED, message, warnings=(_short(message),), kind=kind)
+    return _deny(Reason.NAMESPACE_UNBOUND, message, kind=kind)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 1] + "…"
 
 
 def _by_controller(policy: AdmissionPolicy, request: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from quotas.policy.budget_effects import covers_all
 from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, period_bounds
-from quotas.policy.kueue.translate import KueueTarget, kueue_name, priority_class_name
+from quotas.policy.kueue.reach import reachable
+from quotas.policy.kueue.translate import CompileError, KueueTarget, compile_kueue, kueue_name, priority_class_name
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import OrgSnapshot
 
@@ -90,7 +91,9 @@ class NamespaceRule:
     grace_period_s: int | None
     checkpoint_every_s: int | None
     ceilings: Mapping[str, int]
-    """GPU ceiling per flavor name: the most this namespace's queue can ever hold."""
+    """GPU ceiling per flavor name: the most this namespace's queue can ever hold — the tree's (guarantee +
+    burst, capped by every ancestor's) or, where it is lower, what Kueue can reach with the compiled
+    queues (quotas.policy.kueue.reach: a parent's own queue never takes its children's kept guarantees)."""
     budgets: tuple[BudgetRule, ...] = ()
 
 
@@ -103,6 +106,9 @@ class AdmissionPolicy:
     exempt_namespaces: frozenset[str] = field(default_factory=frozenset)
     accelerators: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ACCELERATORS))
     controllers: frozenset[str] = DEFAULT_CONTROLLERS
+    ungoverned_gpu: str = "deny"
+    """A GPU request in a namespace no team holds: ``deny`` (refused, naming the fix) or ``allow`` (admitted
+    with a warning). Anything that asks for no accelerator there is never blocked."""
 
     @property
     def flavor_label_keys(self) -> frozenset[str]:
@@ -130,13 +136,17 @@ def compile_policy(
     }
     rules = {}
     budgets = _budget_rules(snapshot, target)
+    try:
+        reach = {k: int(v) for k, v in reachable(compile_kueue(snapshot, target)).items() if k[2] == "nvidia.com/gpu"}
+    except CompileError:  # the sync refuses such a tree with the reason; judge by the tree's ceilings meanwhile
+        reach = {}
     for uid, namespaces in target.namespaces.items():
         if uid not in snapshot.units:
             continue
         queue_unit = _queue_unit(snapshot, target, uid)
         found = tuple(b for u in [uid, *snapshot.ancestors(uid)] for b in budgets.get(u, ()))
         for namespace in namespaces:
-            rule = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers)
+            rule = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers, reach)
             rules[namespace] = replace(rule, budgets=found) if found else rule
     return AdmissionPolicy(target.cluster, target.revision, rules, flavors)
 
@@ -201,6 +211,7 @@ def _rule(
     tiers: Mapping[str, TierRule],
     members: Mapping[int, frozenset[str]],
     allowed_tiers: Mapping[int, frozenset[str]],
+    reach: Mapping[tuple[str, str, str], int],
 ) -> NamespaceRule:
     unit = snapshot.units[uid]
     family = [uid, *snapshot.ancestors(uid), *_descendants(snapshot, uid)]
@@ -211,15 +222,17 @@ def _rule(
     default = min(usable.values(), key=lambda t: t.priority).name if usable else None
     contract = snapshot.effective_contract(uid)
     queue = snapshot.units[queue_unit]
+    queue_name = queue.kueue_name or kueue_name(queue.path)
     ceilings = {}
     for flavor in target.flavors:
-        ceilings[flavor.name] = min(
+        tree = min(
             snapshot.quota(u, flavor.key, Resource.GPU).ceiling for u in [queue_unit, *snapshot.ancestors(queue_unit)]
         )
+        ceilings[flavor.name] = min(tree, reach.get((queue_name, flavor.name, "nvidia.com/gpu"), tree))
     return NamespaceRule(
         namespace=namespace,
         unit_path=unit.path,
-        queue=target.local_queue_names.get(namespace, queue.kueue_name or kueue_name(queue.path)),
+        queue=target.local_queue_names.get(namespace, queue_name),
         projects=frozenset(projects),
         owners=frozenset().union(*(members.get(u, frozenset()) for u in family)),
         tiers=usable,

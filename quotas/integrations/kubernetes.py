@@ -1,7 +1,9 @@
 """Kueue objects on a cluster, through the official ``kubernetes`` client.
 
 Writes are server-side apply with field manager ``allot`` and ``fieldValidation=Strict``; reads
-list only objects labelled ``app.kubernetes.io/managed-by=allot``. A cluster's
+list only objects labelled ``app.kubernetes.io/managed-by=allot``. The client speaks the newest
+``kueue.x-k8s.io`` version the cluster serves (v1beta2, else v1beta1, found by API discovery) and
+converts at the edge (quotas.policy.kueue.convert), so callers always see v1beta2 objects. A cluster's
 ``connection_ref`` says how to reach it:
 
 * ``kubeconfig:/etc/allot/west.yaml`` (optionally ``#context``), a kubeconfig file;
@@ -23,7 +25,9 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+from quotas.policy.kueue.convert import SUPPORTED, from_version, preferred, to_version
+
+GROUP = "kueue.x-k8s.io"
 FIELD_MANAGER = "allot"
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=allot"
 PLURALS = {
@@ -42,6 +46,10 @@ CRD_NAMES = [
 ]
 """The CRDs every cluster Allot writes to serves (a fleet's manager serves MultiKueue's too)."""
 TIMEOUT = (5, 30)  # connect, read seconds
+GOVERNED_LABEL = "allot.dev/governed"
+"""Set on every namespace bound to a unit: the admission webhooks' namespaceSelector matches it (opt-in)."""
+CLUSTER_LABEL = "allot.dev/cluster"
+NAMESPACE_MANAGER = "allot-namespaces"
 
 
 @dataclass
@@ -116,9 +124,38 @@ OWNER_PLURALS = {
 
 
 class KueueClient:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, *, version: str | None = None) -> None:
         self.api_client = api_client
         self.api = k8s.CustomObjectsApi(api_client)
+        self._version = version
+
+    def use_version(self, version: str) -> None:
+        """Speak ``version`` from now on (the sync's choice from the cluster's own CRDs, which can be
+        stricter than discovery: every kind Allot writes must be served in it)."""
+        self._version = version
+
+    @property
+    def version(self) -> str:
+        """The kueue.x-k8s.io version this client speaks: given, or the newest Allot knows that the
+        cluster serves (one discovery call, the first time it is needed)."""
+        if self._version is None:
+            groups = self._call(k8s.ApisApi(self.api_client).get_api_versions)
+            served = [
+                str(v.get("version"))
+                for g in groups.get("groups") or []
+                if g.get("name") == GROUP
+                for v in g.get("versions") or []
+            ]
+            found = preferred(served)
+            if found is None:
+                raise ClusterCallError(
+                    404,
+                    "NotServed",
+                    f"the cluster serves {GROUP} {', '.join(served) or 'in no version'}; Allot speaks "
+                    f"{' or '.join(SUPPORTED)}: install Kueue v0.13 or newer",
+                )
+            self._version = found
+        return self._version
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call and parse the JSON body ourselves: the generated client returns None for a 201 from
@@ -134,22 +171,28 @@ class KueueClient:
     def list_managed(self, kind: str) -> list[dict[str, Any]]:
         """Every object of ``kind`` labelled as Allot's, in all namespaces."""
         found = self._call(
-            self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind], label_selector=MANAGED_SELECTOR
+            self.api.list_cluster_custom_object, GROUP, self.version, PLURALS[kind], label_selector=MANAGED_SELECTOR
         )
-        return [dict(item) for item in found.get("items", [])]
+        return [self._in(kind, item) for item in found.get("items", [])]
+
+    def _in(self, kind: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        """A listed item (lists may leave out apiVersion and kind) in the v1beta2 form."""
+        return from_version({"apiVersion": f"{GROUP}/{self.version}", "kind": kind, **item})
 
     def list_all(self, kind: str) -> list[dict[str, Any]]:
         """Every object of ``kind``, Allot's or not (for adopting an existing setup)."""
-        found = self._call(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
-        return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, **item} for item in found.get("items", [])]
+        found = self._call(self.api.list_cluster_custom_object, GROUP, self.version, PLURALS[kind])
+        return [self._in(kind, item) for item in found.get("items", [])]
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         try:
             if namespace:
-                return dict(
-                    self._call(self.api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind], name)
+                found = self._call(
+                    self.api.get_namespaced_custom_object, GROUP, self.version, namespace, PLURALS[kind], name
                 )
-            return dict(self._call(self.api.get_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name))
+            else:
+                found = self._call(self.api.get_cluster_custom_object, GROUP, self.version, PLURALS[kind], name)
+            return self._in(kind, found)
         except ClusterCallError as exc:
             if exc.status == 404:
                 return None
@@ -157,6 +200,7 @@ class KueueClient:
 
     def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
         """Server-side apply; returns the object as the server has (or would have) it."""
+        obj = to_version(obj, self.version)
         meta = obj["metadata"]
         options: dict[str, Any] = {
             "field_manager": FIELD_MANAGER,
@@ -166,36 +210,61 @@ class KueueClient:
         }
         if dry_run:
             options["dry_run"] = "All"
-        plural = PLURALS[obj["kind"]]
+        plural, version = PLURALS[obj["kind"]], self.version
         if meta.get("namespace"):
-            return dict(
-                self._call(
-                    self.api.patch_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    meta["namespace"],
-                    plural,
-                    meta["name"],
-                    dict(obj),
-                    **options,
-                )
+            found = self._call(
+                self.api.patch_namespaced_custom_object,
+                GROUP,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                obj,
+                **options,
             )
-        return dict(
-            self._call(self.api.patch_cluster_custom_object, GROUP, VERSION, plural, meta["name"], dict(obj), **options)
-        )
+        else:
+            found = self._call(
+                self.api.patch_cluster_custom_object, GROUP, version, plural, meta["name"], obj, **options
+            )
+        return from_version(found)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> bool:
         """Delete; False when it was already gone."""
         try:
             if namespace:
-                self._call(self.api.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind], name)
+                self._call(
+                    self.api.delete_namespaced_custom_object, GROUP, self.version, namespace, PLURALS[kind], name
+                )
             else:
-                self._call(self.api.delete_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name)
+                self._call(self.api.delete_cluster_custom_object, GROUP, self.version, PLURALS[kind], name)
         except ClusterCallError as exc:
             if exc.status == 404:
                 return False
             raise
         return True
+
+    def governed_namespaces(self, cluster: str) -> set[str]:
+        """Namespaces Allot labelled as governed for its cluster ``cluster``."""
+        core = k8s.CoreV1Api(self.api_client)
+        selector = f"{GOVERNED_LABEL}=true,{CLUSTER_LABEL}={cluster}"
+        found = self._call(core.list_namespace, label_selector=selector)
+        return {str(ns["metadata"]["name"]) for ns in found.get("items", [])}
+
+    def govern_namespace(self, name: str, cluster: str, *, governed: bool) -> None:
+        """Label (or, ``governed=False``, unlabel) a namespace as governed by Allot's cluster ``cluster``:
+        server-side apply of the labels alone, under a field manager of their own, so nothing else of the
+        namespace is touched and dropping them removes exactly them."""
+        labels = {GOVERNED_LABEL: "true", CLUSTER_LABEL: cluster} if governed else {}
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        core = k8s.CoreV1Api(self.api_client)
+        self._call(
+            core.patch_namespace,
+            name,
+            body,
+            field_manager=NAMESPACE_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
 
     def read_crds(self) -> list[dict[str, Any]]:
         """The cluster's own Kueue CRDs, to validate against exactly what it serves."""
@@ -253,7 +322,7 @@ class KueueClient:
                     options: dict[str, Any] = {"limit": page}
                     if token:
                         options["_continue"] = token
-                    found = self._call(self.api.list_cluster_custom_object, GROUP, VERSION, "workloads", **options)
+                    found = self._call(self.api.list_cluster_custom_object, GROUP, self.version, "workloads", **options)
                     items += found.get("items", [])
                     meta = found.get("metadata") or {}
                     token = meta.get("continue") or None
@@ -268,10 +337,11 @@ class KueueClient:
         """Workload events (ADDED, MODIFIED, DELETED, BOOKMARK) after ``resource_version``, until the
         server ends the watch (``timeout_seconds``) or the connection drops. A resourceVersion the
         server no longer keeps raises ClusterCallError 410: list again and watch from the list's."""
+        version = self.version
         stream = k8s_watch.Watch().stream(
             self.api.list_cluster_custom_object,
             GROUP,
-            VERSION,
+            version,
             "workloads",
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,

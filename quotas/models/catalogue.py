@@ -220,7 +220,12 @@ class ReclamationContract(models.Model):
     )
     measured_exit = models.PositiveIntegerField(default=0, help_text="Seconds: measured checkpoint-and-exit time.")
     reclaim_within_cohort = models.CharField(
-        max_length=32, choices=PreemptionPolicy.choices, default=PreemptionPolicy.LOWER_PRIORITY
+        max_length=32,
+        choices=PreemptionPolicy.choices,
+        default=PreemptionPolicy.ANY,
+        help_text="Whom lent devices are taken back from when the owner asks: Any (every borrower: the "
+        "guarantee always comes back), LowerPriority (only borrowers of a lower tier: spares the same and "
+        "higher tiers) or Never (only when borrowers finish).",
     )
     within_cluster_queue = models.CharField(
         max_length=32, choices=WithinQueuePolicy.choices, default=WithinQueuePolicy.LOWER_PRIORITY

@@ -98,8 +98,9 @@ class Contract:
     checkpoint_every_s: int | None = None
     measured_exit_s: int = 0
     """Measured checkpoint-and-exit time of the work running under this contract."""
-    reclaim_within_cohort: str = "LowerPriority"
-    """Kueue ``preemption.reclaimWithinCohort``: Never, LowerPriority or Any."""
+    reclaim_within_cohort: str = "Any"
+    """Kueue ``preemption.reclaimWithinCohort``: Any (lent devices come back from every borrower),
+    LowerPriority (only from borrowers of a lower tier: spares the same and higher tiers) or Never."""
     within_cluster_queue: str = "LowerPriority"
     """Kueue ``preemption.withinClusterQueue``: Never, LowerPriority or LowerOrNewerEqualPriority."""
 

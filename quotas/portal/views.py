@@ -41,6 +41,7 @@ from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import bar_rows, quota_bars, stacked_capacity
 from quotas.portal.panels import home_panels, unit_panels
+from quotas.previews import kueue_reach
 from quotas.services.change_requests import request_lines, request_violations
 from quotas.services.enforce import POLICY_ACTIONS, enforced_by
 
@@ -136,6 +137,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             format_duration(contract.checkpoint_every_s) if contract.checkpoint_every_s else ""
         )
     allocated = selectors.allocations()
+    reach = kueue_reach(unit.pk)
     chart_rows = [
         (q.flavor.key, q.guarantee, q.guarantee + q.burst, allocated.get((unit.pk, q.flavor.key, q.resource)))
         for q in quotas
@@ -148,7 +150,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         {
             **unit_panels(request, unit, {"quotas": quotas, "chart_rows": chart_rows}),
             "unit": unit,
-            "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource))) for q in quotas],
+            "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource)), reach) for q in quotas],
             "contract": contract,
             "durations": durations,
             "children": unit.children.filter(archived_at__isnull=True).order_by("slug"),
@@ -172,9 +174,11 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
     )
 
 
-def _row(q: Quota, allocated: int | None) -> dict[str, Any]:
+def _row(q: Quota, allocated: int | None, reach: dict[str, int]) -> dict[str, Any]:
     resource = Resource(q.resource)
+    largest = reach.get(q.flavor.key) if resource is Resource.GPU else None
     return {
+        "largest": "—" if largest is None else format_quantity(resource, largest),
         "allocated": "—" if allocated is None else format_quantity(resource, allocated),
         "flavor": q.flavor.key,
         "resource": q.resource,

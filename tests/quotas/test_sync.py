@@ -353,16 +353,20 @@ def _older(crds, *, only_v1beta1=(), without=()):
     return out
 
 
-def test_a_cluster_serving_only_v1beta1_is_refused_before_anything_is_sent(demo, crd_schemas):
+def test_a_cluster_serving_no_version_allot_speaks_is_refused_before_anything_is_sent(demo, crd_schemas):
+    """v1beta1 clusters (Kueue v0.13, v0.14) are synced in v1beta1: tests/quotas/test_kube_real.py does it on a
+    real Kueue. A Kueue older still (v1alpha1 only) is refused with what to do, and nothing is written."""
     from tests.kube_fake import bundled_crds
 
-    old = _older(bundled_crds(), only_v1beta1=("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
-                                                "WorkloadPriorityClass", "Workload"))  # fmt: skip
+    old = bundled_crds()
+    for crd in old:
+        if crd["spec"]["names"]["kind"] in ("ClusterQueue", "Cohort"):
+            crd["spec"]["versions"] = [{**crd["spec"]["versions"][0], "name": "v1alpha1"}]
     with FakeKueueServer(crd_schemas, crds=old) as fake:
         run = sync(demo, fake)
     assert run.status == SyncStatus.FAILED
-    assert "serves kueue.x-k8s.io v1beta1 only (Kueue v0.14 or older)" in run.message
-    assert "Upgrade Kueue to v0.15 or newer" in run.message and "nothing was sent" in run.message
+    assert "does not serve Cohort, ClusterQueue in one version Allot speaks (v1beta2 or v1beta1" in run.message
+    assert "upgrade Kueue to v0.13 or newer" in run.message and "nothing was sent" in run.message
     assert fake.writes() == [] and fake.objects == {}
 
 

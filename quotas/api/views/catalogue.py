@@ -67,15 +67,31 @@ class ClusterViewSet(CatalogueViewSet):
         kind = request.query_params.get("kind")
         return Response([o for o in objects if not kind or o["kind"] == kind])
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(
+        responses={200: dict},
+        parameters=[
+            OpenApiParameter(
+                "version",
+                str,
+                enum=["v1beta2", "v1beta1"],
+                description="the Configuration version the cluster's Kueue reads: v1beta2 (Kueue v0.15 and newer, "
+                "the default) or v1beta1 (v0.13, v0.14)",
+            )
+        ],
+    )
     @action(detail=True, methods=["get"], url_path="kueue-config")
     def kueue_config(self, request: Request, name: str) -> Response:
         """The part of Kueue's own Configuration this cluster needs for what Allot compiles onto it (its
         sharing mode, the fair-share half-life, the labels Kueue copies and promotes onto its metrics):
         ``configuration`` as an object and ``yaml`` to merge into the kueue-manager-config ConfigMap."""
         cluster = self._kubernetes()
+        version = request.query_params.get("version", "v1beta2")
+        if version not in ("v1beta2", "v1beta1"):
+            raise InputError(
+                "version", f"{version!r} is not a Kueue configuration version", "use v1beta2 (Kueue v0.15+) or v1beta1"
+            )
         try:
-            config = kueue_configuration(cluster.kueue_sharing, cluster.fairshare_half_life)
+            config = kueue_configuration(cluster.kueue_sharing, cluster.fairshare_half_life, version=version)
         except KueueConfigError as exc:
             raise InputError("fairshare_half_life", str(exc)) from exc
         return Response({"cluster": cluster.name, "configuration": config, "yaml": render_yaml([config])})

@@ -12,6 +12,7 @@ from quotas.integrations.kubernetes import PLURALS, ClusterCallError, KueueClien
 from quotas.models import Cluster, ClusterKind
 from quotas.policy.kueue.importer import read_kueue
 from quotas.policy.kueue.multikueue import FLEET_KINDS, read_fleets
+from quotas.policy.kueue.translate import LABEL_CLUSTER
 from quotas.policy.violations import PolicyViolationError
 from quotas.services.kueue_import import kueue_import
 
@@ -131,4 +132,17 @@ class Command(BaseCommand):
                 objects += client.list_all(kind)
             except ClusterCallError:
                 break
-        return objects
+        # objects Allot compiled for another of its clusters on this API server are that cluster's, not a site's
+        others = [o for o in objects if _compiled_for(o) not in (None, cluster.name)]
+        if others:
+            names = sorted({str(_compiled_for(o)) for o in others})
+            self.stdout.write(
+                f"left out {len(others)} object(s) Allot compiled for {', '.join(names)} on the same API server"
+            )
+        return [o for o in objects if _compiled_for(o) in (None, cluster.name)]
+
+
+def _compiled_for(obj: dict[str, Any]) -> str | None:
+    """The Allot cluster an object was compiled for (its allot.dev/cluster label), or None."""
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CLUSTER)
+    return str(value) if value else None

@@ -18,6 +18,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--cluster", required=True, help="a Kubernetes cluster, e.g. k8s-west")
+        parser.add_argument(
+            "--config-version",
+            choices=("v1beta2", "v1beta1"),
+            default="v1beta2",
+            help="the Configuration version the cluster's Kueue reads: v1beta2 (v0.15 and newer, the default) or "
+            "v1beta1 (v0.13, v0.14)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         cluster = Cluster.objects.filter(name=options["cluster"]).first()
@@ -26,7 +33,9 @@ class Command(BaseCommand):
         if cluster.kind != ClusterKind.KUBERNETES:
             raise CommandError(f"{cluster.name} is a {cluster.kind} cluster: Kueue runs on Kubernetes clusters")
         try:
-            config = kueue_configuration(cluster.kueue_sharing, cluster.fairshare_half_life)
+            config = kueue_configuration(
+                cluster.kueue_sharing, cluster.fairshare_half_life, version=options["config_version"]
+            )
         except KueueConfigError as exc:
             raise CommandError(f"{cluster.name}: {exc}") from exc
         self.stdout.write(f"# Kueue configuration for {cluster.name} (sharing: {cluster.kueue_sharing})\n")

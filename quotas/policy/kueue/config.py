@@ -17,6 +17,11 @@ allot_kueue_config``), and ``deploy/kueue/kueue-config-fragment.yaml`` is the on
 * under ``admission``: ``admissionFairSharing`` with ``usageHalfLifeTime`` from the cluster's fair-share
   half-life. Kueue documents that 0 resets usage at once — admission fair sharing silently does
   nothing — so 0 is refused here, as in the compiler.
+
+For a Kueue that serves only ``v1beta1`` (v0.13, v0.14: ``version="v1beta1"``) the same fragment in its
+``config.kueue.x-k8s.io/v1beta1`` form: fair sharing needs ``fairSharing.enable: true`` there (v1beta2
+dropped it), admission fair sharing its ``AdmissionFairSharing`` feature gate, and there are no custom
+metric labels before v0.17 (left out: Kueue would refuse the field).
 """
 
 from __future__ import annotations
@@ -52,20 +57,32 @@ def custom_labels() -> list[dict[str, str]]:
 
 
 def kueue_configuration(
-    sharing: str = "classic", half_life_s: int = 7 * 86400, *, label_keys: Sequence[str] = GOVERNANCE_LABELS
+    sharing: str = "classic",
+    half_life_s: int = 7 * 86400,
+    *,
+    label_keys: Sequence[str] = GOVERNANCE_LABELS,
+    version: str = "v1beta2",
 ) -> dict[str, Any]:
-    """The Configuration fragment for a cluster sharing by ``sharing`` (classic, fair, admission)."""
+    """The Configuration fragment for a cluster sharing by ``sharing`` (classic, fair, admission), in the
+    configuration ``version`` its Kueue reads (v1beta2 from v0.15; v1beta1 for v0.13 and v0.14)."""
     if sharing not in ("classic", "fair", "admission"):
         raise KueueConfigError(f"sharing {sharing!r}: use classic, fair or admission")
+    if version not in ("v1beta2", "v1beta1"):
+        raise KueueConfigError(f"configuration version {version!r}: use v1beta2 (Kueue v0.15+) or v1beta1")
+    older = version == "v1beta1"
     config: dict[str, Any] = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "apiVersion": f"config.kueue.x-k8s.io/{version}",
         "kind": "Configuration",
         "integrations": {"labelKeysToCopy": list(label_keys)},
-        "metrics": {"enableClusterQueueResources": True, "customLabels": custom_labels()},
-        "featureGates": {"CustomMetricLabels": True},
+        "metrics": {"enableClusterQueueResources": True}
+        if older
+        else {"enableClusterQueueResources": True, "customLabels": custom_labels()},
+        "featureGates": {} if older else {"CustomMetricLabels": True},
     }
     if sharing in ("fair", "admission"):
         config["fairSharing"] = {"preemptionStrategies": list(PREEMPTION_STRATEGIES)}
+        if older:
+            config["fairSharing"] = {"enable": True, **config["fairSharing"]}
     if sharing == "admission":
         if half_life_s <= 0:
             raise KueueConfigError(
@@ -76,4 +93,8 @@ def kueue_configuration(
             "usageHalfLifeTime": go_duration(half_life_s),
             "usageSamplingInterval": SAMPLING_INTERVAL,
         }
+        if older:
+            config["featureGates"]["AdmissionFairSharing"] = True
+    if not config["featureGates"]:
+        del config["featureGates"]
     return config

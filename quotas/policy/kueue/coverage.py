@@ -9,6 +9,16 @@ from ..snapshot import OrgSnapshot
 __all__ = ["CoverageLine", "How", "kueue_coverage"]
 
 
+RECLAIM_MEANS = {
+    "Any": "lent devices are taken back from every borrower, whatever its tier, when the owner asks within "
+    "its guarantee",
+    "LowerPriority": "lent devices are taken back only from borrowers of a lower tier: borrowers of the owner's "
+    "tier or above keep them until they finish (the contract spares them; the guarantee is not promised back)",
+    "Never": "lent devices are never taken back: they return only when borrowers finish (no reclaim promise)",
+}
+"""What each reclaimWithinCohort does to a guarantee (Kueue's ClusterQueue preemption semantics)."""
+
+
 def _sharing_lines(sharing: str) -> list[CoverageLine]:
     """What Kueue does with the fair-share weights, by the cluster's sharing mode."""
     if sharing == "classic":
@@ -108,8 +118,8 @@ def kueue_coverage(snapshot: OrgSnapshot, *, sharing: str = "classic") -> list[C
                 subject,
                 "preemption",
                 f"reclaimWithinCohort={c.reclaim_within_cohort}, withinClusterQueue={c.within_cluster_queue}",
-                How.KUEUE,
-                "ClusterQueue spec.preemption",
+                How.KUEUE if c.reclaim_within_cohort == "Any" else How.NOT_ENFORCED,
+                "ClusterQueue spec.preemption: " + RECLAIM_MEANS.get(c.reclaim_within_cohort, "as Kueue defines it"),
             ),
         ]
     for name in sorted(snapshot.tiers):

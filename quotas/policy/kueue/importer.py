@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ..quantity import Resource, parse_decimal_quantity
@@ -243,7 +244,17 @@ def _own_name(name: str, parent: str | None) -> str:
 
 
 def _weight(spec: Mapping[str, Any]) -> str:
-    return str((spec.get("fairSharing") or {}).get("weight", "1"))
+    """The weight as a unit keeps it (4 decimals, as Allot's units do; a positive one never 0). Allot compiles
+    weights relative to the largest sibling's (0.666666667), which is the same share to Kueue at 0.6667."""
+    text = str((spec.get("fairSharing") or {}).get("weight", "1"))
+    try:
+        value = parse_decimal_quantity(text)
+    except ValueError:
+        return text  # named by the import's checks
+    if value <= 0:
+        return "0"
+    rounded = max(value.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP), Decimal("0.0001"))
+    return format(rounded.normalize(), "f")
 
 
 def _contract(plan: ImportPlan, spec: Mapping[str, Any]) -> str:
@@ -317,7 +328,9 @@ def semantic(obj: Mapping[str, Any]) -> tuple[Any, ...]:
         return (*head, spec.get("clusterQueue"))
     if obj["kind"] == "WorkloadPriorityClass":
         return (*head, obj.get("value"))
+    # Kueue reads a weight as its milli-value (rounded up): 0.666666667 and 0.6667 are the same weight to it
     weight = parse_decimal_quantity(str((spec.get("fairSharing") or {}).get("weight", "1")))
+    weight = weight.quantize(Decimal("0.001"), rounding=ROUND_CEILING)
     groups = tuple(
         (
             tuple(g.get("coveredResources") or ()),

@@ -47,6 +47,10 @@ class CrdSchemas:
                     key = (f"{spec['group']}/{version['name']}", kind)
                     self.schemas[key] = version["schema"]["openAPIV3Schema"]
 
+    def serves(self, objects: Iterable[Mapping[str, Any]]) -> bool:
+        """Whether these schemas have every object's apiVersion and kind."""
+        return all((str(o.get("apiVersion", "")), str(o.get("kind", ""))) in self.schemas for o in objects)
+
     def validate(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[ObjectProblem]:
         kind = str(obj.get("kind", ""))
         meta = obj.get("metadata") or {}

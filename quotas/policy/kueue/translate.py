@@ -14,10 +14,13 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   that borrows from its Cohort's residual;
 * bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
 * tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins);
-* fair-share weight → ``fairSharing.weight`` on every Cohort and ClusterQueue (Kueue: the share is the
-  borrowed dominant resource divided by the weight; **0 is an infinite share** — the unit is always last
-  to borrow and first to be preempted — so a positive weight is never rounded to 0, and one below 10⁻⁹,
-  which Kueue refuses, is a compile error). Kueue reads them only under fair sharing (the cluster's
+* fair-share weight → ``fairSharing.weight`` on every Cohort and ClusterQueue, **relative to the largest
+  of its siblings'** (which gets 1). Kueue compares shares among siblings only, so a common factor changes
+  no decision — but it computes a share in integers, ``borrowed‰ × 1000 ÷ weight's milli-value``, so
+  weights such as 20–40 made every share read 0 (v0.13) and fair sharing never rebalanced; relative
+  weights keep shares at least as large as the borrowed per-mille. **0 is an infinite share** — the unit
+  is always last to borrow and first to be preempted — so a positive weight is never rounded to 0, and
+  one below 10⁻⁹, which Kueue refuses, is a compile error. Kueue reads them only under fair sharing (the cluster's
   ``sharing``: ``fair`` or ``admission``); ``admission`` also sets ``admissionScope.admissionMode:
   UsageBasedAdmissionFairSharing`` on every ClusterQueue and each LocalQueue's ``fairSharing.weight``
   (its unit's), and needs Kueue's ``admissionFairSharing`` configuration (:mod:`.config`);
@@ -30,8 +33,17 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   workloads finish); both end when the period does or the budget is raised. ``deny`` is the webhook's.
 
 Names are the unit path with dots (``acme.research.nlp``): slugs have no dots, so names never collide.
-Flavors are listed cheapest billing weight first: Kueue takes the first flavor that fits, so work
-fills older pools before the newest (seed 8.12.2, policy-infrastructure mismatch).
+Flavors are listed cheapest billing weight first, and every ClusterQueue says
+``flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor}``: Kueue takes the
+first flavor where the work fits **inside the queue's own quota**, and only when none does, the first
+where it can borrow — so work fills older pools before the newest (seed 8.12.2) but never borrows a
+cheap flavor while its own guarantee on another sits idle (Kueue's default, ``Borrow``, stops at the
+first flavor where borrowing is possible).
+
+Reclamation: a contract's ``reclaimWithinCohort`` (``Any`` by default) goes on every ClusterQueue under it.
+Kueue's ``LowerPriority`` takes lent quota back only from lower-priority borrowers, so a guarantee would
+not come back from borrowers of the same or a higher tier; a contract chooses it only to spare them, and
+the coverage report says so (quotas.policy.kueue.coverage).
 """
 
 from __future__ import annotations
@@ -63,6 +75,10 @@ MAX_NAME = 253
 MIN_WEIGHT = 1e-9
 """Kueue refuses a positive fairSharing.weight below this (its CRD: "When not 0, Weight must be greater than 10^-9")."""
 SHARING = ("classic", "fair", "admission")
+FLAVOR_FUNGIBILITY = {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"}
+"""Own guarantee first: a flavor where the work must borrow or preempt is taken only when no flavor fits."""
+DEFAULT_RECLAIM = "Any"
+"""A guarantee comes back whatever the borrower's tier (a contract may choose LowerPriority to spare some)."""
 
 Object = dict[str, Any]
 
@@ -311,7 +327,11 @@ class _Compiler:
         self, uid: int, name: str, cohort: str | None, namespaces: list[str], *, own_quota: bool
     ) -> Object:
         unit = self.s.units[uid]
-        spec: dict[str, Any] = {"queueingStrategy": "BestEffortFIFO", "fairSharing": {"weight": self.weight(uid)}}
+        spec: dict[str, Any] = {
+            "queueingStrategy": "BestEffortFIFO",
+            "fairSharing": {"weight": self.weight(uid)},
+            "flavorFungibility": dict(FLAVOR_FUNGIBILITY),
+        }
         if self.t.sharing == "admission":
             spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
         if cohort is not None:
@@ -343,7 +363,7 @@ class _Compiler:
     def local_queue(self, uid: int, namespace: str, queue: str) -> Object:
         spec: dict[str, Any] = {"clusterQueue": queue}
         if self.t.sharing == "admission":  # its turn among the ClusterQueue's queues, by decayed usage ÷ weight
-            spec["fairSharing"] = {"weight": self.weight(uid)}
+            spec["fairSharing"] = {"weight": self.weight(uid, relative=False)}
         if namespace in self.held_namespaces:
             spec["stopPolicy"] = "Hold"  # a spent hold budget: nothing new admitted, running work finishes
         return {
@@ -355,14 +375,26 @@ class _Compiler:
             "spec": spec,
         }
 
-    def weight(self, uid: int) -> str:
+    def weight(self, uid: int, *, relative: bool = True) -> str:
+        """The unit's weight relative to the largest of its siblings' on this cluster (see the module); a
+        LocalQueue's (admission fair sharing orders a ClusterQueue's LocalQueues by usage ÷ weight in
+        floating point) as it is."""
         unit = self.s.units[uid]
         if 0 < unit.weight < MIN_WEIGHT:
             raise CompileError(
                 f"{unit.path}: fair-share weight {unit.weight} is below Kueue's smallest ({MIN_WEIGHT}); give 0 "
                 "(always last to borrow) or a larger weight"
             )
-        return _weight(unit.weight)
+        if not relative:
+            return _weight(unit.weight)
+        largest = max((self.s.units[c].weight for c in self.children(unit.parent_id)), default=unit.weight)
+        share = unit.weight / largest if largest > 0 else unit.weight
+        if 0 < share < MIN_WEIGHT:
+            raise CompileError(
+                f"{unit.path}: fair-share weight {unit.weight} is below 10⁻⁹ of its largest sibling's ({largest}): "
+                "Kueue cannot tell it from 0; give 0 (always last to borrow) or a larger weight"
+            )
+        return _weight(share)
 
     def priority_class(self, tier_name: str) -> Object:
         tier = self.s.tiers[tier_name]
@@ -401,5 +433,5 @@ def label_value(name: str) -> str:
 
 def _preemption(contract: Contract | None) -> dict[str, str]:
     if contract is None:
-        return {"reclaimWithinCohort": "LowerPriority", "withinClusterQueue": "LowerPriority"}
+        return {"reclaimWithinCohort": DEFAULT_RECLAIM, "withinClusterQueue": "LowerPriority"}
     return {"reclaimWithinCohort": contract.reclaim_within_cohort, "withinClusterQueue": contract.within_cluster_queue}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .problems import ObjectProblem
@@ -15,10 +15,20 @@ def validate_objects(
     objects: Sequence[Mapping[str, Any]],
     schemas: CrdSchemas,
     actual: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+    *,
+    written: Collection[tuple[str, str, str]] | None = None,
 ) -> list[ObjectProblem]:
-    """All problems, in object order. ``actual`` (current objects by key) enables transition rules."""
+    """All problems, in object order. ``actual`` (current objects by key) enables transition rules.
+
+    ``written``: the keys of the objects a sync would write. Only those are checked against the schemas
+    and CEL rules and Kueue's per-object webhook rules (an unchanged object is one the server already
+    accepted, with the same owned fields); the rules that span objects (references, cohort cycles) always
+    see the whole set. None checks every object."""
     found: list[ObjectProblem] = []
     for obj in objects:
-        old = actual.get(object_key(obj)) if actual else None
+        key = object_key(obj)
+        if written is not None and key not in written:
+            continue
+        old = actual.get(key) if actual else None
         found += schemas.validate(obj, old)
-    return found + check_webhook_rules(objects)
+    return found + check_webhook_rules(objects, written=written)

@@ -5,8 +5,9 @@ Checked over the whole object set, because some rules span objects (cohort cycle
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from ..quantity import parse_decimal_quantity
@@ -15,12 +16,19 @@ from .problems import ObjectProblem, Source
 MAX_FLAVORS, MAX_RESOURCES, MAX_COMBINATIONS = 256, 256, 512
 
 
-def check_webhook_rules(objects: Sequence[Mapping[str, Any]]) -> list[ObjectProblem]:
+def check_webhook_rules(
+    objects: Sequence[Mapping[str, Any]], *, written: Collection[tuple[str, str, str]] | None = None
+) -> list[ObjectProblem]:
+    """Every rule over ``objects``; with ``written`` (the keys a sync would write), the per-object rules only
+    for those — an unchanged object is one Kueue's webhook accepted — and the cross-object ones (references,
+    cohort cycles) over the whole set."""
     found: list[ObjectProblem] = []
     names = {(o.get("kind"), o["metadata"]["name"]) for o in objects}
     for obj in objects:
         kind, name = obj.get("kind", ""), obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace", "")
+        if written is not None and (kind, namespace, name) not in written:
+            continue
 
         def report(field: str, message: str, kind: str = kind, name: str = name, namespace: str = namespace) -> None:
             found.append(ObjectProblem(kind, name, field, message, Source.WEBHOOK, namespace))
@@ -57,11 +65,16 @@ def check_webhook_rules(objects: Sequence[Mapping[str, Any]]) -> list[ObjectProb
     return found
 
 
-def _quantity(value: Any) -> Decimal | None:
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> Decimal | None:
     try:
-        return parse_decimal_quantity(str(value))
+        return parse_decimal_quantity(text)
     except ValueError:
         return None
+
+
+def _quantity(value: Any) -> Decimal | None:
+    return _parsed(str(value))
 
 
 def _groups(

@@ -1,12 +1,14 @@
 """Kubernetes: Kueue objects, in order, each step refusing to go on if the previous one failed:
 
 0. read the Kueue the cluster serves from its own CRDs (quotas.policy.kueue.versions): a cluster that
-   serves only v1beta1 (Kueue ≤ v0.14) is refused with what to do, and optional fields an older
-   v1beta2 server lacks are left out of its objects (the run says which);
+   serves only v1beta1 (Kueue v0.13, v0.14) gets its objects in v1beta1 (the client converts at the
+   edge, the run says what differs), one serving neither is refused with what to do, and optional
+   fields an older server lacks are left out of its objects (the run says which);
 1. compile the tree for the cluster and read Allot's objects from it (label selector);
-2. validate every desired object against the CRD schemas, CEL rules and Kueue's webhook rules —
-   a single problem and nothing is applied ("never half-validated");
-3. plan: create / update / unchanged / delete on the fields Allot owns;
+2. plan: create / update / unchanged / delete on the fields Allot owns;
+3. validate every object the plan would write against the CRD schemas and CEL rules, and the whole
+   set against Kueue's webhook rules — a single problem and nothing is applied ("never
+   half-validated"); unchanged objects are not validated again (an unchanged 10,000-queue cluster);
 4. server-side dry run of every create and update — the API server's own 422s and 409s stop the
    sync before any write;
 5. apply in dependency order, then delete Allot's stale objects in reverse order.
@@ -40,6 +42,7 @@ from quotas.models import (
     SyncStatus,
 )
 from quotas.policy.kueue import compile_kueue, object_key
+from quotas.policy.kueue.convert import to_version
 from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
 from quotas.policy.kueue.multikueue import FLEET_KINDS, compile_fleet
 from quotas.policy.kueue.owners import quota_conflicts
@@ -104,9 +107,10 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     served = _served(run, client)
     if served is not None:
         refused = version_problem(served, cluster.name)
-        if refused:
-            run.run.status, run.run.message = SyncStatus.FAILED, refused
+        if refused or served.version is None:
+            run.run.status, run.run.message = SyncStatus.FAILED, refused or "no Kueue version to write"
             return
+        client.use_version(served.version)
     snapshot = org_snapshot()
     fleet = fleet_targets(cluster)
     try:
@@ -117,6 +121,9 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     if served is not None:
         desired, left_out = fit_objects(desired, served)
         run.notes.extend(left_out)
+        older = served.note()
+        if older:
+            run.notes.append(older)
     if target.at is not None:
         run.notes.extend(budget_notes(snapshot, cluster, target.at))
     desired = _keep_foreign_local_queues(run, client, desired)
@@ -128,7 +135,14 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     if others:
         run.notes.append(f"objects Allot compiled for {', '.join(others)} are on this API server too: left alone")
     run.usage = queue_usage(actual.values())
-    problems = validate_objects(desired, crd_schemas(client), actual)
+    planned = plan_sync(desired, actual)
+    written = {plan.key for plan in planned if plan.action in (Action.CREATE, Action.UPDATE)}
+    schemas = crd_schemas(client)
+    if schemas.serves(desired):
+        problems = validate_objects(desired, schemas, actual, written=written)
+    else:  # the cluster's own CRDs (ALLOT_KUBERNETES_CRD_DIR=cluster) of an older Kueue: check what is sent
+        old = {key: to_version(obj, client.version) for key, obj in actual.items()}
+        problems = validate_objects([to_version(o, client.version) for o in desired], schemas, old, written=written)
     if problems:
         for problem in problems:
             run.add(
@@ -139,7 +153,7 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
         run.run.status = SyncStatus.INVALID
         run.run.message = f"{len(problems)} problem(s) in the compiled objects; nothing was applied"
         return
-    plans = _without_conflicts(run, plan_sync(desired, actual), actual.values())
+    plans = _without_conflicts(run, planned, actual.values())
     plans = _skip_not_ours(run, client, plans)
     drift = mode == SyncMode.DRIFT_CHECK
     force = drift and cluster.drift_policy == DriftPolicy.CORRECT
@@ -150,6 +164,38 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
     if passed is None:
         return
     _apply(run, client, passed, force=force)
+    _govern_namespaces(run, client, cluster.name, {ns for found in target.namespaces.values() for ns in found})
+
+
+def _govern_namespaces(run: RunRecord, client: KueueClient, cluster: str, bound: set[str]) -> None:
+    """Label each bound namespace ``allot.dev/governed=true`` (the admission webhooks are sent only those) and
+    take the label off namespaces no longer bound. A namespace that does not exist or a role without
+    namespace rights is a note, never a failed sync: the queues are what the run is about."""
+    try:
+        labelled = client.governed_namespaces(cluster)
+    except ClusterCallError as exc:
+        run.notes.append(
+            f"could not read namespaces ({exc.status}): bound namespaces were not labelled allot.dev/governed "
+            "(Allot's role needs get, list and patch on namespaces, deploy/kubernetes/base/rbac.yaml)"
+        )
+        return
+    changed, missing = [], []
+    for name, governed in [
+        *((n, True) for n in sorted(bound - labelled)),
+        *((n, False) for n in sorted(labelled - bound)),
+    ]:
+        try:
+            client.govern_namespace(name, cluster, governed=governed)
+            changed.append(name if governed else f"{name} (no longer bound)")
+        except ClusterCallError as exc:
+            if exc.status != 404:
+                run.notes.append(f"could not label namespace {name}: {exc}")
+            else:
+                missing.append(name)
+    if changed:
+        run.notes.append(f"admission governs {', '.join(changed)}: allot.dev/governed set or removed")
+    if missing:
+        run.notes.append(f"bound namespace(s) {', '.join(missing)} do not exist yet: labelled when created and synced")
 
 
 def _served(run: RunRecord, client: KueueClient) -> ServedKueue | None:
@@ -235,14 +281,20 @@ def _skip_not_ours(run: RunRecord, client: KueueClient, plans: list[ObjectPlan])
         if plan.action is Action.CREATE:
             existing = client.get(plan.kind, plan.name, plan.namespace)
             if existing is not None:
-                managers = sorted({m.get("manager", "?") for m in existing["metadata"].get("managedFields") or []})
-                run.add(
-                    plan.key,
-                    SyncOutcome.NOT_OURS,
-                    message=f"exists without app.kubernetes.io/managed-by=allot (managed by "
-                    f"{', '.join(managers) or 'nobody'}); left alone — rename the unit or hand the "
-                    f"object over by labelling it",
-                )
+                other = _cluster_label(existing)
+                if other and other != run.run.cluster.name:
+                    message = (
+                        f"Allot compiled it for its cluster {other}, which shares this API server; left alone — "
+                        f"two of Allot's clusters on one API server need unit names of their own (or one cluster)"
+                    )
+                else:
+                    managers = sorted({m.get("manager", "?") for m in existing["metadata"].get("managedFields") or []})
+                    message = (
+                        f"exists without app.kubernetes.io/managed-by=allot (written by "
+                        f"{', '.join(managers) or 'nobody'}); left alone — rename the unit or hand the "
+                        f"object over by labelling it"
+                    )
+                run.add(plan.key, SyncOutcome.NOT_OURS, message=message)
                 if plan.kind == "ClusterQueue":
                     foreign_queues.add(plan.name)
                 continue

@@ -15,8 +15,10 @@ def as_server_returns(obj, revision="41"):
     back["metadata"].update(uid="u-1", resourceVersion="700", generation=1, creationTimestamp="2026-11-29T20:10:33Z")
     back["metadata"]["annotations"]["allot.dev/policy-revision"] = revision
     if back["kind"] == "ClusterQueue":
-        back["spec"]["stopPolicy"] = "None"
-        back["spec"]["flavorFungibility"] = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+        back["spec"].setdefault("stopPolicy", "None")  # the server's defaults fill only what was not sent
+        back["spec"].setdefault(
+            "flavorFungibility", {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+        )
     back["metadata"]["managedFields"] = [
         {"manager": "allot", "operation": "Apply", "fieldsV1": {"f:spec": {f"f:{k}": {} for k in obj.get("spec", {})}}}
     ]

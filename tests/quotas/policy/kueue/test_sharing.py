@@ -26,14 +26,40 @@ def test_weights_compile_exactly_and_a_positive_one_never_becomes_an_infinite_sh
         b.quota(uid, "west/a100", GPU, 4, 4)
     target = KueueTarget("west", (KueueFlavor("west/a100", "a100"),), namespaces={heavy: ("h",)})
     queues = by_name(compile_kueue(b.build(), target), "ClusterQueue")
-    assert queues["acme.heavy"]["spec"]["fairSharing"] == {"weight": "2.5"}
-    assert queues["acme.tiny"]["spec"]["fairSharing"] == {"weight": "0.0001"}  # the old 4-decimal text kept it
+    # relative to the largest sibling's (heavy's 2.5), exact to 10⁻⁹
+    assert queues["acme.heavy"]["spec"]["fairSharing"] == {"weight": "1"}
+    assert queues["acme.tiny"]["spec"]["fairSharing"] == {"weight": "0.00004"}
     assert queues["acme.never"]["spec"]["fairSharing"] == {"weight": "0"}  # Kueue: infinite share, by choice
     snapshot = b.build()
     units = dict(snapshot.units)
     units[tiny] = replace(units[tiny], weight=1e-12)
     with pytest.raises(CompileError, match=r"acme/tiny: fair-share weight 1e-12 is below Kueue's smallest"):
         compile_kueue(replace(snapshot, units=units), target)
+    units[tiny] = replace(units[tiny], weight=1e-9)  # Kueue would take it, but not beside 2.5
+    with pytest.raises(CompileError, match=r"below 10⁻⁹ of its largest sibling's \(2.5\)"):
+        compile_kueue(replace(snapshot, units=units), target)
+
+
+def test_department_weights_of_20_to_40_keep_kueue_shares_above_zero():
+    """Kueue v0.13 computes a share as borrowed‰ × 1000 ÷ weight's milli-value, in integers: with weights 20–40
+    a borrower of 3 in 100 lendable reads 30 × 1000 ÷ 40000 = 0, and fair sharing never rebalanced (issue #39.4).
+    Relative weights keep every share at least the borrowed per-mille."""
+    b = TreeBuilder()
+    b.flavor("west/a100", 100)
+    acme = b.unit("acme", UnitKind.ORGANISATION)
+    depts = {w: b.unit(f"d{w}", UnitKind.DEPARTMENT, acme, weight=w) for w in (20, 30, 40)}
+    b.quota(acme, "west/a100", GPU, 100)
+    for uid in depts.values():
+        b.quota(uid, "west/a100", GPU, 30, 10, lendable=30)
+    target = KueueTarget(
+        "west", (KueueFlavor("west/a100", "a100"),), namespaces={u: (f"n{w}",) for w, u in depts.items()}
+    )
+    queues = by_name(compile_kueue(b.build(), target), "ClusterQueue")
+    milli = {w: round(float(queues[f"acme.d{w}"]["spec"]["fairSharing"]["weight"]) * 1000) for w in depts}
+    assert milli == {20: 500, 30: 750, 40: 1000}
+    borrowed_permille = 3 * 1000 // 100
+    assert all(borrowed_permille * 1000 // m >= borrowed_permille for m in milli.values())
+    assert [borrowed_permille * 1000 // m for m in (20_000, 30_000, 40_000)] == [1, 1, 0]  # what absolute weights gave
 
 
 def test_classic_and_fair_sharing_compile_the_same_objects_admission_adds_its_scope_and_queue_weights():
@@ -147,3 +173,22 @@ def test_the_coverage_report_says_what_kueue_does_with_the_weights_in_each_mode(
     assert "fair-share half-life" not in lines("classic")
     assert lines("fair")["fair-share weight"].how is How.KUEUE
     assert lines("admission")["fair-share half-life"].how is How.KUEUE
+
+
+def test_a_v0_13_kueue_gets_its_configuration_in_v1beta1():
+    """Kueue v0.13/v0.14 read config.kueue.x-k8s.io/v1beta1: fair sharing needs enable: true there, admission fair
+    sharing its feature gate, and custom metric labels do not exist (the test control plane runs this fragment)."""
+    from quotas.policy.kueue.config import KueueConfigError, kueue_configuration
+
+    fair = kueue_configuration("fair", version="v1beta1")
+    assert fair["apiVersion"] == "config.kueue.x-k8s.io/v1beta1"
+    assert fair["fairSharing"] == {
+        "enable": True,
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+    }
+    assert fair["metrics"] == {"enableClusterQueueResources": True} and "featureGates" not in fair
+    admission = kueue_configuration("admission", version="v1beta1")
+    assert admission["featureGates"] == {"AdmissionFairSharing": True}
+    assert "enable" not in kueue_configuration("fair")["fairSharing"]  # v1beta2 dropped it
+    with pytest.raises(KueueConfigError, match="use v1beta2"):
+        kueue_configuration("fair", version="v1")

@@ -100,7 +100,9 @@ def test_cohorts_parent_first_carry_only_the_residual_guarantee():
         "borrowingLimit": "20",
         "lendingLimit": "60",
     }
-    assert ml["spec"]["fairSharing"] == {"weight": "2"}
+    # weights relative to the largest sibling's (ml 2, ops 1): Kueue divides integer shares by the weight
+    assert ml["spec"]["fairSharing"] == {"weight": "1"}
+    assert by_name(objects, "Cohort")["acme.ops"]["spec"]["fairSharing"] == {"weight": "0.5"}
     assert "acme.idle" not in by_name(objects, "Cohort")
 
 
@@ -122,7 +124,10 @@ def test_team_cluster_queue_and_folded_namespaces():
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["nlp", "nlp-dev"]}
     ]
     assert nlp["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"}
-    assert nlp["fairSharing"] == {"weight": "1.5"}
+    assert nlp["fairSharing"] == {"weight": "1"}  # nlp 1.5 beside vision 1
+    assert nlp["flavorFungibility"] == {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"}
+    vision = by_name(objects, "Cohort")["acme.ml.vision"]["spec"]
+    assert vision["fairSharing"] == {"weight": "0.666666667"}
     group = nlp["resourceGroups"][0]
     assert group["coveredResources"] == ["cpu", "nvidia.com/gpu"]  # no memory quota anywhere: not covered
     assert [f["name"] for f in group["flavors"]] == ["v100", "a100"]  # cheapest billing weight first

@@ -22,19 +22,21 @@ def test_the_bundled_kueue_serves_both_versions_and_every_optional_field():
     assert fit_objects([queue], served) == ([queue], [])
 
 
-def test_no_kueue_and_a_v1beta1_only_kueue_are_refused_with_what_to_do():
-    assert "serves no Kueue CRDs: install Kueue v0.15" in str(version_problem(served_kueue([]), "west"))
+def test_a_v1beta1_only_kueue_is_written_in_v1beta1_and_no_kueue_is_refused_with_what_to_do():
+    assert "serves no Kueue CRDs: install Kueue v0.13" in str(version_problem(served_kueue([]), "west"))
     old = copy.deepcopy(crds())
     for crd in old:
         crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
-    message = str(version_problem(served_kueue(old), "west"))
-    assert message.startswith("west serves kueue.x-k8s.io v1beta1 only (Kueue v0.14 or older)")
-    assert "Upgrade Kueue to v0.15" in message
+    served = served_kueue(old)
+    assert version_problem(served, "west") is None and served.version == "v1beta1"
+    assert "objects written as v1beta1 — ClusterQueue spec.cohortName is written as spec.cohort" in str(served.note())
+    assert served_kueue(crds()).version == "v1beta2" and served_kueue(crds()).note() is None
     not_served = copy.deepcopy(crds())
     for crd in not_served:
         for v in crd["spec"]["versions"]:
-            v["served"] = v["name"] != "v1beta2" or crd["spec"]["names"]["kind"] != "Cohort"
-    assert "for Cohort" in str(version_problem(served_kueue(not_served), "west"))
+            v["served"] = crd["spec"]["names"]["kind"] != "Cohort"
+    message = str(version_problem(served_kueue(not_served), "west"))
+    assert "does not serve Cohort in one version Allot speaks" in message and "nothing was sent" in message
 
 
 def test_fields_an_older_v1beta2_schema_lacks_are_left_out_and_named():
