@@ -49,6 +49,7 @@ SYNC_TOKEN = "allot-test-sync"
 SYNC_USER = "system:serviceaccount:allot-system:allot-sync"
 WATCHER_TOKEN = "allot-test-watcher"
 WATCHER_USER = "system:serviceaccount:allot-system:allot-usage-watcher"
+WEBHOOK_TOKEN = "allot-test-webhook-caller"
 
 
 def assets_problem() -> str | None:
@@ -172,6 +173,9 @@ class ControlPlane:
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.kueue_health = free_port()
+        self.webhook_port = free_port()
+        """Where the tests serve Allot's admission webhooks (:class:`WebhookServer`); the API server presents
+        WEBHOOK_TOKEN to it, as production's AdmissionConfiguration does."""
 
     # --- start and stop ---------------------------------------------------------------------------
     def start(self) -> ControlPlane:
@@ -184,6 +188,7 @@ class ControlPlane:
             f'{SYNC_TOKEN},{SYNC_USER},2,"system:serviceaccounts,system:serviceaccounts:allot-system"\n'
             f'{WATCHER_TOKEN},{WATCHER_USER},3,"system:serviceaccounts,system:serviceaccounts:allot-system"\n'
         )
+        admission = self._admission_config()
         etcd_port, peer = free_port(), free_port()
         self._spawn(
             "etcd",
@@ -220,6 +225,7 @@ class ControlPlane:
                 "--disable-admission-plugins=ServiceAccount",
                 "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
+                f"--admission-control-config-file={admission}",
             ],
         )
         self._wait("kube-apiserver", lambda: self.get("/readyz", raw=True) == b"ok", 90)
@@ -243,6 +249,38 @@ class ControlPlane:
         )
         self._start_kueue(bins["kueue"])
         return self
+
+    def _admission_config(self) -> Path:
+        """The credentials the API server presents to webhooks: a bearer token for 127.0.0.1:webhook_port."""
+        users = self.dir / "webhook-credentials.kubeconfig"
+        users.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [{"name": f"127.0.0.1:{self.webhook_port}", "user": {"token": WEBHOOK_TOKEN}}],
+                }
+            )
+        )
+        plugin = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(users),
+        }
+        path = self.dir / "admission.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": name, "configuration": plugin}
+                        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+                    ],
+                }
+            )
+        )
+        return path
 
     def _start_kueue(self, kueue: Path) -> None:
         certs = self.dir / "kueue-certs"
@@ -516,3 +554,55 @@ def delete_jobs(plane: ControlPlane, ns: str) -> None:
         lambda: not plane.get(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads")["items"],
         60,
     )
+
+
+class WebhookServer:
+    """Allot's Django application (the test database) over HTTPS on ``plane.webhook_port``, so the real API
+    server calls Allot's admission webhooks registered in ``url:`` form."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        import threading
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        from django.core.wsgi import get_wsgi_application
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        class Threading(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+
+        self.httpd = make_server(
+            "127.0.0.1", plane.webhook_port, get_wsgi_application(), server_class=Threading, handler_class=Quiet
+        )
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(plane.pki.cert), str(plane.pki.key))
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def registered_webhooks(plane: ControlPlane, manifest: Path, **selector: Any) -> list[dict[str, Any]]:
+    """The Validating/MutatingWebhookConfigurations of ``manifest`` as shipped, in ``url:`` form pointing at
+    :class:`WebhookServer` (no Service or DNS here) with the test CA; ``selector`` replaces namespaceSelector."""
+    import base64
+
+    ca = base64.b64encode(plane.pki.ca.read_bytes()).decode()
+    found = []
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if not doc or doc["kind"] not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            continue
+        doc["metadata"].pop("annotations", None)
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{plane.webhook_port}{path}", "caBundle": ca}
+            if selector:
+                hook["namespaceSelector"] = selector
+        found.append(doc)
+    return found

@@ -20,8 +20,8 @@ def test_failure_policies_timeouts_and_exemptions():
         assert (
             hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 5 and hook["admissionReviewVersions"] == ["v1"]
         )
-        excluded = hook["namespaceSelector"]["matchExpressions"][0]
-        assert excluded["operator"] == "NotIn" and {"kube-system", "allot-system"} <= set(excluded["values"])
+        # opt-in: only namespaces the sync labels (bound to a team) are sent; the cluster's own never are
+        assert hook["namespaceSelector"] == {"matchLabels": {"allot.dev/governed": "true"}}
         resources = {r["resources"][0] for r in hook["rules"]}
         assert resources == {"pods", "jobs", "jobsets", "pytorchjobs", "rayjobs", "workloads"}
     assert validate["clientConfig"]["service"]["path"] == "/admission/k8s/validate"

@@ -35,7 +35,7 @@ def relative_weights(objects):
         return Decimal(str((o["spec"].get("fairSharing") or {}).get("weight", "1")))
 
     nodes = [o for o in objects if o["kind"] in ("Cohort", "ClusterQueue")]
-    largest = {}
+    largest: dict[str | None, Decimal] = {}
     for o in nodes:
         largest[parent(o)] = max(largest.get(parent(o), Decimal(0)), weight(o))
     out = []

@@ -44,6 +44,26 @@ def test_first_sync_creates_everything_and_a_second_writes_nothing(demo, fake):
     assert len(fake.writes()) == before  # not a single write request
 
 
+def test_bound_namespaces_are_labelled_for_the_webhooks_and_an_unbound_one_loses_the_label(demo, fake):
+    """Issue #40.1: the admission webhooks are sent only namespaces labelled allot.dev/governed=true; the sync sets
+    the label on each bound namespace (its own field manager, labels only) and takes it off when unbound."""
+    from quotas.models import NamespaceBinding
+
+    run = sync(demo, fake)
+    bound = set(NamespaceBinding.objects.filter(cluster=demo).values_list("namespace", flat=True))
+    governed = {n for n, labels in fake.namespace_labels.items() if labels.get("allot.dev/governed") == "true"}
+    assert governed == bound and fake.namespace_labels["nlp"]["allot.dev/cluster"] == "k8s-west"
+    assert set(fake.requests_by_manager) == {"allot-namespaces"}
+    assert "admission governs" in run.message
+    writes = len(fake.namespace_writes())
+    sync(demo, fake)
+    assert len(fake.namespace_writes()) == writes  # labelled once
+    binding = NamespaceBinding.objects.get(cluster=demo, namespace="speech")
+    services.namespace_unbind(actor=None, reason="t", unit=binding.unit, cluster=demo, namespace="speech")
+    again = sync(demo, fake)
+    assert fake.namespace_labels["speech"] == {} and "speech (no longer bound)" in again.message
+
+
 def test_a_quota_change_updates_exactly_its_objects(demo, fake):
     sync(demo, fake)
     quota = Quota.objects.get(unit__path="acme/research/rl", flavor__name="a100-80gb", resource="nvidia.com/gpu")

@@ -190,6 +190,26 @@ def test_opportunistic_tier_declares_checkpoints_within_the_contract():
     assert decide(policy(), request(job(labels=labels, annotations={"allot.dev/checkpoint-every": "10m"}))).allowed
 
 
+def test_in_a_namespace_no_team_holds_only_gpu_requests_are_refused_and_a_setting_can_admit_them():
+    """Issue #40.1: a DaemonSet's pod in gpu-operator (no accelerator) is never blocked; a GPU job there is refused
+    naming the fix, or admitted with a warning under ALLOT_ADMISSION_UNGOVERNED_GPU=allow."""
+    from dataclasses import replace
+
+    plugin = {
+        "metadata": {"name": "nvidia-device-plugin-x1", "ownerReferences": [{"kind": "DaemonSet", "name": "p"}]},
+        "spec": {"containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}]},
+    }
+    decision = decide(policy(), request(plugin, kind=("", "Pod"), namespace="gpu-operator"))
+    assert decision.allowed and decision.reason is Reason.NOT_CHECKED and "not governed" in decision.message
+    malformed = {"metadata": {"name": "x"}, "spec": {"containers": "not a list"}}
+    assert decide(policy(), request(malformed, kind=("", "Pod"), namespace="monitoring")).allowed  # not Allot's
+    refused = decide(policy(), request(job(), namespace="random"))
+    assert refused.reason is Reason.NAMESPACE_UNBOUND and "asks for GPUs" in refused.message
+    assert "bind the namespace to its team" in refused.message
+    lenient = decide(replace(policy(), ungoverned_gpu="allow"), request(job(), namespace="random"))
+    assert lenient.allowed and lenient.warnings and "not bound to any team" in lenient.warnings[0]
+
+
 def test_unbound_namespaces_unknown_kinds_and_other_operations():
     assert decide(policy(), request(job(), namespace="random")).reason is Reason.NAMESPACE_UNBOUND
     assert decide(policy(), request(job(), kind=("apps", "Deployment"))).reason is Reason.UNSUPPORTED_KIND

@@ -18,7 +18,8 @@ def api(fixtures):
 
 
 def client_for(server):
-    return KueueClient(api_client_for(f"url:{server.url}"))
+    # the captured exchanges are a v1beta2 server's and hold no discovery call: the version is given
+    return KueueClient(api_client_for(f"url:{server.url}"), version="v1beta2")
 
 
 def body_of(api, name):
@@ -105,3 +106,17 @@ def test_connection_ref_forms_are_named_when_wrong(tmp_path):
         api_client_for(f"kubeconfig:{tmp_path / 'missing.yaml'}")
     with pytest.raises(ValueError, match="in-cluster"):
         api_client_for("in-cluster")  # no service account here
+
+
+def test_the_client_speaks_the_newest_version_the_cluster_serves_and_names_none(crd_schemas):
+    """API discovery decides the version (v1beta1 on a Kueue v0.13: tests/quotas/test_kube_real.py); a cluster
+    serving no kueue.x-k8s.io version Allot speaks is an error that says what to install."""
+    from tests.kube_fake import FakeKueueServer
+
+    with FakeKueueServer(crd_schemas) as server:
+        assert KueueClient(api_client_for(f"url:{server.url}")).version == "v1beta2"
+    with (
+        FakeKueueServer(crd_schemas, crds=[]) as server,
+        pytest.raises(ClusterCallError, match=r"serves kueue.x-k8s.io in no version.*install Kueue v0.13"),
+    ):
+        _ = KueueClient(api_client_for(f"url:{server.url}")).version
