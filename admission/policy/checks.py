@@ -161,6 +161,18 @@ def opportunistic(r: Review) -> list[Decision]:
         for podset in r.sets:
             grace = podset.spec.get("terminationGracePeriodSeconds")
             chosen = isinstance(grace, int) and grace != KUBERNETES_DEFAULT_GRACE_S  # 30: the API server's default
+            if not chosen and grace != rule.grace_period_s:
+                # what the mutating webhook sets (it may not have run: its failurePolicy is Ignore)
+                found.append(
+                    r.deny(
+                        Reason.GRACE_REQUIRED,
+                        f"{podset.name}: terminationGracePeriodSeconds is "
+                        f"{'unset' if grace is None else f'the API server default {grace}'}, but contract "
+                        f"{rule.contract} gives opportunistic pods {rule.grace_period_s}: set "
+                        f"terminationGracePeriodSeconds: {rule.grace_period_s} (Allot's mutating webhook sets it "
+                        f"when it runs)",
+                    )
+                )
             if chosen and isinstance(grace, int) and grace > rule.grace_period_s:
                 found.append(
                     r.deny(

@@ -32,7 +32,7 @@ from .review import (
     Reason,
     Review,
 )
-from .workload import KINDS, WorkloadError, pod_sets
+from .workload import KINDS, FractionalDeviceError, WorkloadError, pod_sets
 
 __all__ = ["MAX_WARNING", "Decision", "Reason", "decide"]
 
@@ -47,6 +47,8 @@ def decide(policy: AdmissionPolicy, request: Mapping[str, Any], *, mutate: bool 
     then judges the object as patched, so both webhooks give the same verdict."""
     try:
         return _decide(policy, request, mutate)
+    except FractionalDeviceError as exc:
+        return _deny(Reason.FRACTIONAL_DEVICE, str(exc), kind=str((request.get("kind") or {}).get("kind") or ""))
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         return _deny(
             Reason.MALFORMED,

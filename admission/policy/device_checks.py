@@ -40,9 +40,16 @@ def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ..
         return True
     if op == "DoesNotExist":
         return False
-    if op in ("Gt", "Lt") and values and value.lstrip("-").isdigit() and values[0].lstrip("-").isdigit():
-        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+    if op in ("Gt", "Lt"):
+        # Kubernetes compares both as integers; a node label that is not one matches neither (issue #40.4)
+        if len(values) == 1 and _integer(value) and _integer(values[0]):
+            return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+        return False
     return True
+
+
+def _integer(text: str) -> bool:
+    return text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()
 
 
 def _where(flavors: tuple[str, ...] | None) -> str:

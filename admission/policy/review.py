@@ -56,6 +56,10 @@ class Reason(StrEnum):
     CHECKPOINT_REQUIRED = "checkpoint_required"
     CHECKPOINT_TOO_SLOW = "checkpoint_too_slow"
     GRACE_TOO_LONG = "grace_too_long"
+    GRACE_REQUIRED = "grace_required"
+    FRACTIONAL_DEVICE = "fractional_device"
+    """Part of a GPU (``500m``): Allot counts whole devices."""
+    """An opportunistic pod without the contract's grace period: what the mutating webhook would have set."""
     BUDGET_SPENT = "budget_spent"
 
 

@@ -39,6 +39,10 @@ class WorkloadError(ValueError):
     """The object is not a workload of its declared kind (a field is missing or malformed)."""
 
 
+class FractionalDeviceError(WorkloadError):
+    """A container asks for part of a device (``500m``): a valid quantity, but not a whole device."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodSet:
     name: str
@@ -102,7 +106,13 @@ def _amount(container: Mapping[str, Any], name: str) -> int:
     try:
         return max((devices(v) for v in values if v is not None), default=0)
     except QuantityError as exc:
-        raise WorkloadError(f"container {container.get('name', '?')}: {name} {exc.message}") from exc
+        where = f"container {container.get('name', '?')}"
+        if "whole number" in exc.message:
+            raise FractionalDeviceError(
+                f"{where} asks for {name} {exc.raw!r}: Allot counts whole devices — a share of a GPU needs a "
+                f"sharing contract (MIG, MPS or time-slicing) this cluster does not offer; ask for 1"
+            ) from exc
+        raise WorkloadError(f"{where}: {name} {exc.message}") from exc
 
 
 def devices(raw: object) -> int:

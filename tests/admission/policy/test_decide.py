@@ -187,7 +187,19 @@ def test_opportunistic_tier_declares_checkpoints_within_the_contract():
         labels=labels, annotations={"allot.dev/checkpoint-every": "10m"}, pod={"terminationGracePeriodSeconds": 600}
     )
     assert decide(policy(), request(grace)).reason is Reason.GRACE_TOO_LONG
-    assert decide(policy(), request(job(labels=labels, annotations={"allot.dev/checkpoint-every": "10m"}))).allowed
+    declared = job(labels=labels, annotations={"allot.dev/checkpoint-every": "10m"})
+    assert decide(policy(), request(declared), mutate=True).allowed  # the mutating webhook sets the grace
+    # validation alone (mutation skipped: its failurePolicy is Ignore) refuses what mutation would have set
+    # (issue #40.4): no grace, or the API server's default 30, on an opportunistic tier
+    for grace_s in (None, 30):
+        pod = {} if grace_s is None else {"terminationGracePeriodSeconds": grace_s}
+        bare = job(labels=labels, annotations={"allot.dev/checkpoint-every": "10m"}, pod=pod)
+        refused = decide(policy(), request(bare))
+        assert refused.reason is Reason.GRACE_REQUIRED and "terminationGracePeriodSeconds: 60" in refused.message
+    exact = job(
+        labels=labels, annotations={"allot.dev/checkpoint-every": "10m"}, pod={"terminationGracePeriodSeconds": 60}
+    )
+    assert decide(policy(), request(exact)).allowed
 
 
 def test_in_a_namespace_no_team_holds_only_gpu_requests_are_refused_and_a_setting_can_admit_them():

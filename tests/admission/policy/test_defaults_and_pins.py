@@ -115,6 +115,24 @@ def test_node_selector_and_required_affinity_are_anded():
     assert pinned({}, ["a100-80gb"], ["a100-40gb"], gpus=4, parallelism=5).allowed
 
 
+def test_gt_and_lt_on_a_flavor_label_compare_integers_as_kubernetes_does():
+    """Issue #40.4: "gpu Gt 3" matches no node labelled gpu=a100-80gb (Kubernetes parses both as integers): the
+    pod would wait forever, so it is a pin to no flavor, not "any flavor"."""
+
+    def affinity(op, value):
+        term = {"matchExpressions": [{"key": "gpu", "operator": op, "values": [value]}]}
+        pod = {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+            }
+        }
+        return decide(policy(), request(job(pod=pod)))
+
+    for op in ("Gt", "Lt"):
+        decision = affinity(op, "3")
+        assert decision.reason is Reason.UNKNOWN_FLAVOR and "wait forever" in decision.message
+
+
 def test_a_pin_to_no_flavor_is_refused_for_cpu_pods_and_mapped_accelerators_too():
     from dataclasses import replace
 
@@ -159,7 +177,7 @@ def test_a_workload_keeps_quantities_as_written_and_4000m_is_4():
     )
     half = job()
     half["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1500m"}}
-    assert decide(policy(), request(half)).reason is Reason.MALFORMED  # a fraction of a device
+    assert decide(policy(), request(half)).reason is Reason.FRACTIONAL_DEVICE  # a fraction of a device
 
 
 def test_updates_in_an_unbound_namespace_are_not_blocked():
@@ -186,3 +204,11 @@ def test_kueues_workload_for_a_job_stays_owned_and_its_pods_are_the_jobs():
     assert decide(policy(), as_user(request(workload, kind=("kueue.x-k8s.io", "Workload")), KUEUE)).reason is (
         Reason.OWNED
     )
+
+
+def test_a_fractional_gpu_is_refused_by_its_own_rule_not_as_malformed():
+    """Issue #40.4: ``500m`` is a valid quantity, not a malformed object: the denial names the rule and the fix."""
+    pod = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]}
+    decision = decide(policy(), request(job(pod=pod)))
+    assert decision.reason is Reason.FRACTIONAL_DEVICE and "whole devices" in decision.message
+    assert "ask for 1" in decision.message and "schema" not in decision.message

@@ -341,7 +341,7 @@ def test_a_mapped_accelerator_counts_against_its_flavor():
 
 def test_checkpoint_cadence_is_accepted_as_a_label_too():
     labels = {**LABELS, "allot.dev/tier": "P3", "kueue.x-k8s.io/priority-class": "allot-p3"}
-    assert decide(policy(), request(job(labels={**labels, "allot.dev/checkpoint-every": "10m"}))).allowed
+    assert decide(policy(), request(job(labels={**labels, "allot.dev/checkpoint-every": "10m"})), mutate=True).allowed
 
 
 def pytorch(labels, **spec):
