@@ -50,7 +50,13 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         spec, _, workers = fleet
         names = {f.key: f.name for w in workers.values() for f in w.flavors}
         snapshot = manager_snapshot(snapshot, spec, names)
-        target = replace(target, flavors=manager_flavors(spec, workers))
+        # pins name the workers' node labels (the pods run there): judge them by those (issue #40.4)
+        labels: dict[str, dict[str, str]] = {}
+        for w in workers.values():
+            for f in w.flavors:
+                labels.setdefault(f.name, dict(f.node_labels))
+        flavors = tuple(replace(f, node_labels=labels.get(f.name, {})) for f in manager_flavors(spec, workers))
+        target = replace(target, flavors=flavors)
         for w in workers.values():
             for name, gb in ResourceFlavor.objects.filter(cluster__name=w.cluster).values_list(
                 "name", "device_memory_gb"

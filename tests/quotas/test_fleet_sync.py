@@ -130,6 +130,40 @@ def test_the_webhook_on_the_manager_judges_against_the_fleets_summed_quota(fleet
     assert admission_policy(fleet["west-1"]).namespaces == {}  # a worker's namespaces are bound on the manager
 
 
+def test_the_managers_webhook_reads_pins_by_the_workers_node_labels(fleet, admin_user):
+    """Issue #40.4: on the manager, 28 GPUs pinned to a flavor whose summed ceiling is less are refused, and a pin
+    to a flavor no worker has is refused (both were allowed: the manager's flavors carried no node labels)."""
+    from admission.policy.decide import _review
+    from admission.policy.device_checks import devices
+    from admission.policy.review import Reason, Review
+    from admission.selectors import admission_policy
+
+    for name in ("west-1", "west-2"):
+        services.flavor_set(actor=admin_user, reason="t", cluster=fleet[name], name="a100", node_labels={"gpu": "a100"})
+    policy = admission_policy(fleet["hub"])
+    assert {f.name: dict(f.node_labels) for f in policy.flavors} == {"a100": {"gpu": "a100"}}
+
+    def pinned(gpus, value):
+        pod = {
+            "nodeSelector": {"gpu": value},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        }
+        review = {
+            "uid": "u",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": "nlp",
+            "operation": "CREATE",
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {}}, "spec": pod},
+        }
+        judged = _review(policy, review, "object", "", "Pod", "nlp")
+        assert isinstance(judged, Review), judged
+        return [d.reason for d in devices(judged)]  # the device rules alone
+
+    assert pinned(64, "a100") == []
+    assert pinned(65, "a100") == [Reason.EXCEEDS_CEILING]
+    assert pinned(2, "h100") == [Reason.UNKNOWN_FLAVOR]
+
+
 def test_a_managers_fleet_is_imported_from_its_multikueue_objects(admin_user, tmp_path, capsys):
     """The hub of the golden fleet (tests/golden/fleet-hub.yaml) read back: its fleet, workers in order and
     their Secrets; workers Allot does not know yet are named, and nothing is set up."""

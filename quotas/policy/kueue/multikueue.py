@@ -88,7 +88,31 @@ def manager_snapshot(snapshot: OrgSnapshot, fleet: Fleet, flavor_names: Mapping[
         target = (uid, f"{fleet.manager}/{flavor_names[key]}", resource)
         have = summed.get(target, Quota())
         summed[target] = Quota(have.guarantee + q.guarantee, have.burst + q.burst, have.lendable + q.lendable)
-    return replace(snapshot, quotas=MappingProxyType(summed))
+    # a GPU-hour budget on a worker's flavor governs the manager's flavor of that name (what is submitted to
+    # the manager may run there); where two workers' budgets share a name, the more spent one holds
+    budgets: dict[tuple[int, str], Any] = {}
+    spend: dict[tuple[int, str], Any] = {}
+    for (uid, key), budget in snapshot.budgets.items():
+        if key.split("/", 1)[0] not in workers or key not in flavor_names:
+            continue
+        moved = (uid, f"{fleet.manager}/{flavor_names[key]}")
+        used = snapshot.budget_spend.get((uid, key))
+        held = spend.get(moved)
+        if moved in budgets and (used is None or (held is not None and _share(held) >= _share(used))):
+            continue
+        budgets[moved] = replace(budget, flavor=moved[1])
+        if used is not None:
+            spend[moved] = used
+    return replace(
+        snapshot,
+        quotas=MappingProxyType(summed),
+        budgets=MappingProxyType(budgets),
+        budget_spend=MappingProxyType(spend),
+    )
+
+
+def _share(spend: Any) -> float:
+    return float(spend.spent) / float(spend.allowance) if spend.allowance else float("inf")
 
 
 def manager_flavors(fleet: Fleet, workers: Mapping[str, KueueTarget]) -> tuple[KueueFlavor, ...]:

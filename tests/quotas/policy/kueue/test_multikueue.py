@@ -134,3 +134,41 @@ def test_a_fleet_kueue_would_refuse_is_refused_before_compiling(workers, message
 
     with pytest.raises(CompileError, match=message):
         compile_fleet(snapshot, replace(fleet, workers=workers), manager, targets)
+
+
+def test_a_workers_budget_governs_the_managers_flavor_of_its_name_the_more_spent_one_holding():
+    """Issue #40.4: budgets never refused or warned on a MultiKueue manager (they sat on the workers' flavor keys)."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+    from types import MappingProxyType
+
+    from quotas.policy.budgets import Budget, BudgetAction, BudgetSpend
+    from quotas.policy.kueue.multikueue import manager_snapshot
+
+    b = TreeBuilder()
+    b.flavor("west-1/a100", 64)
+    b.flavor("west-2/a100", 32)
+    acme = b.unit("acme", UnitKind.ORGANISATION)
+    b.quota(acme, "west-1/a100", Resource.GPU, 64)
+    b.quota(acme, "west-2/a100", Resource.GPU, 32)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    snapshot = replace(
+        b.build(),
+        budgets=MappingProxyType(
+            {
+                (acme, "west-1/a100"): Budget(acme, "west-1/a100", 100, action=BudgetAction.DENY, tiers=("P1",)),
+                (acme, "west-2/a100"): Budget(acme, "west-2/a100", 50, action=BudgetAction.DENY, tiers=("P1",)),
+            }
+        ),
+        budget_spend=MappingProxyType(
+            {
+                (acme, "west-1/a100"): BudgetSpend(start, 100.0, 40.0),
+                (acme, "west-2/a100"): BudgetSpend(start, 50.0, 50.0),  # spent: this one holds
+            }
+        ),
+    )
+    fleet = Fleet("west", "hub", (Worker("west-1", "s1"), Worker("west-2", "s2")))
+    moved = manager_snapshot(snapshot, fleet, {"west-1/a100": "a100", "west-2/a100": "a100"})
+    assert set(moved.budgets) == {(acme, "hub/a100")} and moved.budgets[(acme, "hub/a100")].device_hours == 50
+    assert moved.budget_spend[(acme, "hub/a100")].spent == 50.0
+    assert moved.quotas[(acme, "hub/a100", Resource.GPU)].guarantee == 96
