@@ -20,6 +20,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from prometheus_client import Counter, Gauge, Histogram
 
+from admission import workers
 from admission.models import AdmissionDecision
 from admission.policy.model import AdmissionPolicy
 from admission.selectors import admission_cluster, admission_policy, policy_revision
@@ -68,19 +69,41 @@ class _State:
                     self.failed_at = time.monotonic()
                     self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
                     log.warning("admission policy could not be loaded: %s", self.last_error)
+                    workers.publish(None, self.last_error)
             self._start()
         if self.policy is None:
             raise PolicyUnavailable(self.last_error or "the policy is being loaded")
         return self.policy
 
-    def refresh(self, *, force: bool = True) -> bool:
+    def refresh(self, *, force: bool = True, publish: bool = True) -> bool:
         """Recompile when the revision moved (or always with ``force``, or when none is loaded).
         True when it did."""
         if not force and self.policy is not None and policy_revision() == self.policy.revision:
             return False
         self.policy = admission_policy(admission_cluster())
         REVISION.set(self.policy.revision)
+        if publish:
+            workers.publish(self.policy.revision)
         return True
+
+    def preload(self) -> None:
+        """Load the policy in gunicorn's master before it forks (deploy/gunicorn.conf.py), so every worker
+        starts able to decide; a database that does not answer leaves each worker to load its own."""
+        from django.db import connections
+
+        try:
+            self.refresh(publish=False)  # the master decides nothing: only its workers publish
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
+            log.warning("admission policy not preloaded: %s", self.last_error)
+        finally:
+            connections.close_all()  # no connection may be shared by the forked workers
+
+    def worker_started(self) -> None:
+        """In each forked worker (gunicorn's post_worker_init hook): its first word on its state, and its
+        own refresh loop (threads do not survive the fork; a preloaded policy would otherwise never move)."""
+        workers.publish(self.policy.revision if self.policy else None, self.last_error)
+        self._start()
 
     def record(self, decision: AdmissionDecision) -> None:
         self.pending.append(decision)
@@ -120,6 +143,8 @@ class _State:
                 except Exception as exc:  # keep serving the last good policy; say why
                     self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
                     log.exception("admission policy refresh failed; serving the last good policy")
+                    if self.policy is None:
+                        workers.publish(None, self.last_error)
             try:
                 self.flush()
             except Exception:

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from admission import workers
 from admission.policy.decide import MAX_WARNING, Decision, Reason, decide
 from admission.runtime import DECISIONS, LATENCY, STATE, PolicyUnavailable, decision_row
 
@@ -224,13 +225,21 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: 200 only once a policy is loaded (the first call tries to load it), else 503 with the
-    cause, so no API-server call is routed to a replica that could only answer policy_unavailable."""
+    """Readiness: 200 only once this worker has a policy (the first call tries to load it) **and** no other
+    worker of the pod has published that it has none (admission.workers), else 503 with the cause, so no
+    API-server call is routed to a pod where any worker could only answer policy_unavailable."""
     try:
         policy = STATE.current()
     except PolicyUnavailable as exc:
         return JsonResponse({"ready": False, "why": f"no policy loaded: {exc}"}, status=503)
-    return JsonResponse({"ready": True, "policy_revision": policy.revision, "cluster": policy.cluster})
+    stuck = workers.unready()
+    if stuck:
+        why = "; ".join(f"worker {w['pid']}: {w.get('error') or 'no policy loaded yet'}" for w in stuck)
+        return JsonResponse({"ready": False, "why": f"not every worker can decide: {why}"}, status=503)
+    revisions = sorted({w["revision"] for w in workers.workers()} | {policy.revision})
+    return JsonResponse(
+        {"ready": True, "policy_revision": policy.revision, "cluster": policy.cluster, "worker_revisions": revisions}
+    )
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

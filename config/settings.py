@@ -612,6 +612,14 @@ ALLOT_ADMISSION_MAX_BODY_BYTES = env_int(
 ALLOT_ADMISSION_EXEMPT_NAMESPACES = env_list(
     "ALLOT_ADMISSION_EXEMPT_NAMESPACES", ["kube-system", "allot-system"], help="Namespaces never checked."
 )
+ALLOT_ADMISSION_STATE_DIR = env_str(
+    "ALLOT_ADMISSION_STATE_DIR",
+    "",
+    help=(
+        "A directory the webhook's worker processes share (an emptyDir): each publishes whether it can decide, "
+        "and readiness is false while any cannot. Empty: each process speaks for itself (development)."
+    ),
+)
 ALLOT_ADMISSION_UNGOVERNED_GPU = env_str(
     "ALLOT_ADMISSION_UNGOVERNED_GPU",
     "deny",

@@ -24,3 +24,24 @@ graceful_timeout = 20
 accesslog = os.environ.get("GUNICORN_ACCESSLOG")  # off by default: each decision already logs one line
 certfile = os.environ.get("GUNICORN_CERTFILE")
 keyfile = os.environ.get("GUNICORN_KEYFILE")
+
+
+if os.environ.get("ALLOT_WEBHOOK_ONLY") == "true":
+    # The admission webhook: the policy is loaded once in the master before it forks, so every worker starts
+    # able to decide; each worker then publishes its state and readiness needs all of them (admission.workers).
+    preload_app = True
+
+    def when_ready(server):  # in the master, after the application is loaded, before any worker is forked
+        from admission.runtime import STATE
+
+        STATE.preload()
+
+    def post_worker_init(worker):
+        from admission.runtime import STATE
+
+        STATE.worker_started()
+
+    def child_exit(server, worker):
+        from admission import workers as shared
+
+        shared.forget(worker.pid)

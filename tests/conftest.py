@@ -51,6 +51,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "kubectl": shutil.which("kubectl") is not None,
         "prometheus": shutil.which("prometheus") is not None,
         "kube": kube_assets_problem() is None,
+        "netns": os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("nginx") is not None,
     }
     how = {
         "postgres": "set DATABASE_URL",
@@ -60,6 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "kubectl": "install kubectl (it renders deploy/kubernetes with kubectl kustomize)",
         "prometheus": "apt-get install prometheus",
         "kube": kube_assets_problem() or "",
+        "netns": "run as root with iproute2 and nginx (apt-get install nginx)",
     }
     for item in items:
         for marker, present in have.items():

@@ -132,13 +132,15 @@ def _ungoverned(policy: AdmissionPolicy, group: str, kind: str, obj: Mapping[str
     admitted with a warning where ``policy.ungoverned_gpu`` is ``allow`` (ALLOT_ADMISSION_UNGOVERNED_GPU)."""
     try:
         sets = pod_sets(group, kind, obj)
-    except WorkloadError:
-        sets = []  # not Allot's to judge here
-    asks = any(
-        any(n > 0 for n in podset.devices_per_pod(policy.accelerators).values())
-        or podset.ungoverned(policy.accelerators)
-        for podset in sets
-    )
+        asks = any(
+            any(n > 0 for n in podset.devices_per_pod(policy.accelerators).values())
+            or podset.ungoverned(policy.accelerators)
+            for podset in sets
+        )
+    except FractionalDeviceError:
+        asks = True
+    except WorkloadError as exc:  # cannot tell what it asks for (the API server validates built-in kinds first)
+        return _deny(Reason.MALFORMED, str(exc), kind=kind)
     if not asks:
         return Decision(True, Reason.NOT_CHECKED, f"namespace {namespace!r} is not governed by Allot", kind=kind)
     message = (

@@ -151,9 +151,17 @@ def test_mutate_then_validate_allows_what_mutate_fixed(group, kind):
     "name", ["admissionreview-request-pod-create.json", "admissionreview-request-batchv1-job-create.json"]
 )
 def test_captured_requests_from_a_real_api_server(fixtures, name):
+    import copy
+
     captured = json.loads((fixtures / "admission-samples" / name).read_text())
     uid = captured["request"]["uid"]
-    refused = answer(post("validate", captured))
+    # asking for no GPU in a namespace no team holds: not Allot's to block (issue #40.1)
+    assert answer(post("validate", captured))["allowed"] is True
+    gpu = copy.deepcopy(captured)
+    obj = gpu["request"]["object"]
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    refused = answer(post("validate", gpu))
     assert refused["uid"] == uid and refused["allowed"] is False
     assert "[namespace_unbound]" in refused["status"]["message"] and "gov-lab" in refused["status"]["message"]
     services.namespace_bind(
@@ -276,6 +284,30 @@ def test_a_review_with_no_operation_kind_or_object_is_denied_as_malformed():
     refused = answer(post("validate", body))
     assert refused["allowed"] is False and "[malformed]" in refused["status"]["message"]
     assert "request.operation" in refused["status"]["message"]
+
+
+def test_readiness_is_false_while_any_worker_of_the_pod_cannot_decide(settings, tmp_path):
+    """Issue #40.2: a probe reaches one worker; the pod is ready only if every live worker published a policy.
+    Another worker is a real process here (its state file names its pid); a dead worker's file is ignored."""
+    import subprocess
+    import sys
+
+    from admission import workers
+
+    settings.ALLOT_ADMISSION_STATE_DIR = str(tmp_path)
+    assert Client().get("/admission/readyz").status_code == 200  # this worker loaded and published its own
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        workers.publish(None, "OperationalError: the database did not answer", pid=other.pid)
+        ready = Client().get("/admission/readyz")
+        assert ready.status_code == 503 and f"worker {other.pid}: OperationalError" in ready.json()["why"]
+        workers.publish(STATE.policy.revision, pid=other.pid)  # it loaded the policy
+        assert Client().get("/admission/readyz").status_code == 200
+        workers.publish(None, "still loading", pid=other.pid)
+    finally:
+        other.kill()
+        other.wait()
+    assert Client().get("/admission/readyz").status_code == 200  # gone (gunicorn's child_exit also forgets it)
 
 
 def test_without_a_policy_only_exempt_namespaces_and_deletions_pass_and_readiness_says_why(settings):
@@ -412,6 +444,26 @@ def _pod_specs(obj):
     return found
 
 
+def _asks_accelerators(obj):
+    """An independent reading: any container of any pod spec asking for a non-zero accelerator resource."""
+    for spec in _pod_specs(obj):
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            for part in ("requests", "limits"):
+                values = resources.get(part) if isinstance(resources, dict) else None
+                for name, value in (values or {}).items() if isinstance(values, dict) else ():
+                    if str(name).startswith(("nvidia.com/", "amd.com/", "gpu.intel.com/")) and not _zero(value):
+                        return True
+    return False
+
+
+def _zero(value):
+    try:
+        return float(str(value).removesuffix("m")) == 0
+    except ValueError:
+        return False
+
+
 def _labels_ok(obj, kind):
     """An independent reading of the README's label rules for the fixture's team (nlp)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -446,8 +498,9 @@ def compliant(body):
     if req.get("namespace") == "kube-system":
         return True  # exempt
     if req.get("namespace") not in ("nlp", "vision"):
-        # created nowhere Allot admits; its UPDATEs are not Allot's to block (finalizers, status, labels)
-        return req.get("operation") == "UPDATE"
+        # a namespace no team holds: its UPDATEs are not Allot's to block (finalizers, status, labels), and a
+        # CREATE only when it asks for an accelerator (issue #40.1: the cluster's own pods are never blocked)
+        return req.get("operation") == "UPDATE" or not _asks_accelerators(req.get("object"))
     home = req.get("namespace") == "nlp"  # the fixture's labels are right for nlp only
     obj = req.get("object")
     kind = req["kind"].get("kind") if isinstance(req.get("kind"), dict) else None

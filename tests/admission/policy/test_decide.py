@@ -213,8 +213,8 @@ def test_in_a_namespace_no_team_holds_only_gpu_requests_are_refused_and_a_settin
     }
     decision = decide(policy(), request(plugin, kind=("", "Pod"), namespace="gpu-operator"))
     assert decision.allowed and decision.reason is Reason.NOT_CHECKED and "not governed" in decision.message
-    malformed = {"metadata": {"name": "x"}, "spec": {"containers": "not a list"}}
-    assert decide(policy(), request(malformed, kind=("", "Pod"), namespace="monitoring")).allowed  # not Allot's
+    malformed = {"metadata": {"name": "x"}, "spec": {"containers": "not a list"}}  # what it asks for is unknowable
+    assert decide(policy(), request(malformed, kind=("", "Pod"), namespace="monitoring")).reason is Reason.MALFORMED
     refused = decide(policy(), request(job(), namespace="random"))
     assert refused.reason is Reason.NAMESPACE_UNBOUND and "asks for GPUs" in refused.message
     assert "bind the namespace to its team" in refused.message
