@@ -51,3 +51,18 @@ class AdmissionDecisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     queryset = AdmissionDecision.objects.all()
     serializer_class = AdmissionDecisionOut
     filterset_class = DecisionFilter
+
+    def get_queryset(self) -> Any:
+        """Who submitted what follows the usage's read rule (issue #40.5): under ALLOT_SHOWBACK_VISIBILITY=leads,
+        the decisions of the units one leads and below (admins: all), and one's own (owner or the account that
+        submitted it); decisions in namespaces no team holds, to platform admins only."""
+        from django.db.models import Q
+
+        from quotas.access import cost_readable_paths, within_any
+
+        rows = super().get_queryset()
+        paths = cost_readable_paths(self.request.user)
+        if paths is None:
+            return rows
+        mine = Q(owner=self.request.user.get_username()) if self.request.user.is_authenticated else Q(pk__in=[])
+        return rows.filter(within_any("unit_path", paths) | mine)

@@ -214,6 +214,28 @@ def test_the_decision_log_in_the_api_answers_why_was_my_job_refused(client):
     assert "mallory" in found["results"][0]["message"]
 
 
+def test_the_decision_log_follows_the_usage_read_rule(client, settings):
+    """Issue #40.5: under ALLOT_SHOWBACK_VISIBILITY=leads, a lead reads its units' decisions (not another team's),
+    anyone their own, and decisions in namespaces no team holds are the platform admins'."""
+    from django.contrib.auth.models import User
+
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    post("validate", review(workload("Job", labels={**LABELS, "allot.dev/owner": "mallory"}), "batch", "Job"))
+    vision = workload("Job", labels={**LABELS, "allot.dev/owner": "viewer"})
+    post("validate", review(vision, "batch", "Job", namespace="vision"))
+    gpu_pod = workload("Pod")
+    post("validate", review(gpu_pod, "", "Pod", namespace="scratch"))  # no team holds it
+    STATE.flush()
+
+    def seen(user):
+        client.force_login(user)
+        return sorted(r["namespace"] for r in client.get("/api/v1/admission-decisions/").json()["results"])
+
+    assert seen(OrgUnit.objects.get(path="acme/research/nlp").leads.get()) == ["nlp"]
+    assert seen(User.objects.get(username="viewer")) == ["vision"]  # its own job only
+    assert seen(User.objects.get(username="admin")) == ["nlp", "scratch", "vision"]
+
+
 def test_the_log_is_bounded(settings):
     settings.ALLOT_ADMISSION_LOG_KEEP = 5
     for i in range(12):
