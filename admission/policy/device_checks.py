@@ -19,12 +19,15 @@ def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
     selector, terms = node_requirements(podset.spec)
     if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):
         return None
-    return tuple(
+    found = tuple(
         f.name
         for f in r.policy.flavors
         if all(_holds(f.node_labels, req, keys) for req in selector)
         and (not terms or any(all(_holds(f.node_labels, req, keys) for req in term) for term in terms))
     )
+    # requirements every flavor satisfies pin nothing: judged (and worded) as "any flavor", so an UPDATE that
+    # adds such an ORed term does not turn an old violation into a "new" one (issue #40.4)
+    return None if found and len(found) == len(r.policy.flavors) else found
 
 
 def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ...]], keys: Any) -> bool:

@@ -212,3 +212,22 @@ def test_a_fractional_gpu_is_refused_by_its_own_rule_not_as_malformed():
     decision = decide(policy(), request(job(pod=pod)))
     assert decision.reason is Reason.FRACTIONAL_DEVICE and "whole devices" in decision.message
     assert "ask for 1" in decision.message and "schema" not in decision.message
+
+
+def test_an_update_adding_an_ored_term_that_allows_every_flavor_is_no_new_violation():
+    """Issue #40.4: an old job above the ceiling on any flavor gets an affinity whose ORed terms allow both
+    flavors: the same violation it had (UNCHANGED), not a new one that blocks the UPDATE."""
+    import copy
+
+    old = job(gpus=4, parallelism=10)  # 40 GPUs on any flavor: above nlp's 24
+    new = copy.deepcopy(old)
+    terms = [
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": [f]}]} for f in ("a100-80gb", "a100-40gb")
+    ]
+    new["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+    }
+    update = request(new, operation="UPDATE")
+    update["oldObject"] = old
+    decision = decide(policy(), update)
+    assert decision.allowed and decision.reason is Reason.UNCHANGED, decision
