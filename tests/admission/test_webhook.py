@@ -323,6 +323,7 @@ def test_readiness_is_false_while_any_worker_of_the_pod_cannot_decide(settings, 
         workers.publish(None, "OperationalError: the database did not answer", pid=other.pid)
         ready = Client().get("/admission/readyz")
         assert ready.status_code == 503 and f"worker {other.pid}: OperationalError" in ready.json()["why"]
+        assert STATE.policy is not None
         workers.publish(STATE.policy.revision, pid=other.pid)  # it loaded the policy
         assert Client().get("/admission/readyz").status_code == 200
         workers.publish(None, "still loading", pid=other.pid)

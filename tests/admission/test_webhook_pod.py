@@ -168,6 +168,7 @@ def test_an_edit_reaches_every_worker_within_the_refresh_bound(kubelet_namespace
     from quotas.policy import Resource
 
     quota = Quota.objects.filter(unit__path="acme/research/rl", resource="nvidia.com/gpu").first()
+    assert quota is not None
     services.quota_set(
         actor=None,
         reason="more for rl",
