@@ -6,7 +6,7 @@ import pytest
 
 from accounting.models import WorkloadRecord
 from accounting.services.kueue import usage_resync_kueue
-from tests.kube_cluster import delete_jobs, gpu_job, wait_for, workloads
+from tests.kube_work import delete_jobs, gpu_job, wait_for, workloads
 from tests.quotas.test_kube_real import demo_on_the_plane
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db]

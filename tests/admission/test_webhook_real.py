@@ -13,7 +13,8 @@ from django.test import override_settings
 
 from quotas.models import NamespaceBinding, SyncStatus
 from quotas.services.sync import cluster_sync
-from tests.kube_cluster import WEBHOOK_TOKEN, WebhookServer, namespace, registered_webhooks
+from tests.kube_cluster import WEBHOOK_TOKEN
+from tests.kube_work import WebhookServer, namespace, registered_webhooks
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 REPO = Path(__file__).resolve().parents[2]

@@ -20,16 +20,8 @@ from quotas.policy.kueue import KueueFlavor, KueueTarget, compile_kueue
 from quotas.policy.kueue.convert import to_version
 from quotas.policy.snapshot import Contract, Tier, UnitKind
 from quotas.services.sync import cluster_sync
-from tests.kube_cluster import (
-    SYNC_USER,
-    admitted,
-    condition,
-    delete_jobs,
-    gpu_job,
-    namespace,
-    wait_for,
-    workloads,
-)
+from tests.kube_cluster import SYNC_USER
+from tests.kube_work import admitted, condition, delete_jobs, gpu_job, namespace, wait_for, workloads
 
 pytestmark = pytest.mark.kube
 REPO = Path(__file__).resolve().parents[2]
