@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -113,6 +114,28 @@ def _answer(uid: str, decision: Decision, *, with_patch: bool = False) -> dict[s
     return response
 
 
+class _Answer(HttpResponse):
+    """An AdmissionReview answer with its length set (no chunked encoding) whose bookkeeping — the metrics,
+    the log line, the decision-log row — runs in ``close()``: the WSGI server calls it after it has sent the
+    bytes, so the API server's wait ends with the decision, not with Allot's records of it (issue #40.6)."""
+
+    def __init__(self, body: dict[str, Any], after: Callable[[], None] | None = None) -> None:
+        content = json.dumps(body).encode()
+        super().__init__(content, content_type="application/json")
+        self["Content-Length"] = str(len(content))
+        self._after = after
+
+    def close(self) -> None:
+        after, self._after = self._after, None  # once, however many times the server closes it
+        try:
+            if after is not None:
+                after()
+        except Exception:  # records are best-effort: the answer has gone already
+            log.exception("admission bookkeeping failed")
+        finally:
+            super().close()
+
+
 def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
     started = time.perf_counter()
     review, error = _read_review(request)
@@ -135,6 +158,11 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
         "response": _answer(inner["uid"], decision, with_patch=webhook == "mutate"),
     }
     latency = time.perf_counter() - started
+    return _Answer(body, lambda: _record(webhook, inner, decision, latency))
+
+
+def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: float) -> None:
+    """What a decision leaves behind: its metrics, one JSON log line and (unless a dry run) a decision-log row."""
     DECISIONS.labels(webhook, decision.kind or "?", decision.reason.value, str(decision.allowed).lower()).inc()
     LATENCY.labels(webhook).observe(latency)
     log.info(
@@ -164,7 +192,6 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
                 latency_ms=latency * 1000,
             )
         )
-    return HttpResponse(json.dumps(body), content_type="application/json")
 
 
 def _decide(inner: dict[str, Any], webhook: str) -> Decision:
@@ -203,7 +230,7 @@ def noop(request: HttpRequest) -> HttpResponse:
         return error
     assert review is not None
     body = {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": review["request"]["uid"], "allowed": True}}
-    return HttpResponse(json.dumps(body), content_type="application/json")
+    return _Answer(body)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

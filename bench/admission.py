@@ -61,10 +61,13 @@ def ensure(command: str, package: str) -> str:
     return shutil.which(command) or f"/usr/sbin/{command}"
 
 
-def nginx_conf(work: Path, listen: int, upstream: int, tls_listen: int | None = None) -> Path:
+def nginx_conf(
+    work: Path, listen: int, upstream: int, tls_listen: int | None = None, cert: tuple[Path, Path] | None = None
+) -> Path:
     """The deployment's nginx front (deploy/kubernetes/base/nginx-webhook.conf.template) rendered for
     loopback, inside a minimal main configuration; with ``tls_listen`` a second server block serves the
-    same upstream over TLS (a self-signed certificate, the deployment's nginx-tls.conf settings)."""
+    same upstream over TLS (the deployment's nginx-tls.conf settings; ``cert`` is a (certificate, key)
+    pair, else a self-signed one is made)."""
     template = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-webhook.conf.template").read_text()
     servers = []
     for port, include in ((listen, str(work / "no-tls-*.conf")), (tls_listen, str(work / "tls.conf"))):
@@ -80,12 +83,16 @@ def nginx_conf(work: Path, listen: int, upstream: int, tls_listen: int | None = 
         if servers:  # one upstream block for both servers
             server = server[server.index("server {") :]
         servers.append(server)
-    if tls_listen is not None:
+    if tls_listen is not None and cert is not None:
+        shutil.copy(cert[0], work / "tls.crt")
+        shutil.copy(cert[1], work / "tls.key")
+    elif tls_listen is not None:
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=allot-webhook",
              "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(work / "tls.key"), "-out", str(work / "tls.crt")],
             check=True, capture_output=True,
         )  # fmt: skip
+    if tls_listen is not None:
         tls = (ROOT / "deploy" / "kubernetes" / "base" / "nginx-tls.conf").read_text().replace("/tls/", f"{work}/")
         (work / "tls.conf").write_text(tls)
     (work / "webhook.conf").write_text("\n".join(servers))
@@ -141,6 +148,17 @@ def creates(port: int, cafile: Path, paths: tuple[str, str], body: list[bytes], 
 
 def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
+
+
+def wait_ready(url: str, seconds: float = 30.0) -> None:
+    """Poll a readiness URL until it answers 2xx (or the time is up: the bench's first call then says why)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
 
 
 def free_port() -> int:
@@ -316,12 +334,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}/admission"
     figures: dict[str, float] = {}
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{base}/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_ready(f"{base}/readyz")
         mix = {"allowed": 0, "denied": 0}
         for _ in range(4):  # warms every worker's policy cache, and shows the mix of decisions driven
             for body in bodies():
