@@ -1,6 +1,6 @@
 """What a workload asks for: its pod templates, how many pods each may run at once, where they may land.
 
-Kinds: core/v1 Pod, batch/v1 Job, JobSet, Kubeflow PyTorchJob, RayJob and Kueue Workload. Each pod
+Kinds: core/v1 Pod, batch/v1 Job, JobSet, Kubeflow PyTorchJob, RayJob, RayCluster and Kueue Workload. Each pod
 set carries the JSON pointer of its pod template, so the mutating webhook can patch it. Counts are
 the most the workload may ever hold at once: a Job runs min(parallelism, completions) pods, a Ray
 worker group replicas × numOfHosts (up to maxReplicas when it autoscales), an elastic PyTorchJob up
@@ -22,6 +22,7 @@ KINDS = {
     ("jobset.x-k8s.io", "JobSet"),
     ("kubeflow.org", "PyTorchJob"),
     ("ray.io", "RayJob"),
+    ("ray.io", "RayCluster"),  # judged too, so the chain RayJob → RayCluster → Pods is judged once, at the RayJob
     ("kueue.x-k8s.io", "Workload"),
 }
 ACCELERATOR_PREFIXES = (
@@ -228,7 +229,9 @@ def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]
             template = _at(rs, kind, "template.spec", f"spec.pytorchReplicaSpecs.{role}")
             yield PodSet(role, count, template, f"/spec/pytorchReplicaSpecs/{role}/template/spec")
     elif kind == "RayJob":
-        yield from _ray_pod_sets(obj)
+        yield from _ray_job_pod_sets(obj)
+    elif kind == "RayCluster":
+        yield from _ray_cluster_pod_sets(_at(obj, kind, "spec"), "RayCluster", "/spec", "spec")
     elif kind == "Workload":
         for i, ps in enumerate(_list(obj, kind, "spec.podSets")):
             template = _at(ps, kind, "template.spec", f"spec.podSets[{i}]")
@@ -241,7 +244,7 @@ def _ps(i: int) -> str:
     return f"/spec/podSets/{i}/template/spec"
 
 
-def _ray_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
+def _ray_job_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
     spec = _at(obj, "RayJob", "spec")
     if spec.get("rayClusterSpec") is None:
         if spec.get("clusterSelector"):
@@ -250,15 +253,20 @@ def _ray_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
             "RayJob: spec.rayClusterSpec is missing (or set spec.clusterSelector to use a running cluster)"
         )
     cluster = _at(spec, "RayJob", "rayClusterSpec", "spec")
+    yield from _ray_cluster_pod_sets(cluster, "RayJob", "/spec/rayClusterSpec", "spec.rayClusterSpec")
+
+
+def _ray_cluster_pod_sets(cluster: Mapping[str, Any], kind: str, pointer: str, where: str) -> Iterator[PodSet]:
+    """A Ray cluster's head and worker groups, from a RayCluster's spec or a RayJob's rayClusterSpec."""
     autoscaling = bool(cluster.get("enableInTreeAutoscaling"))
-    head = _at(cluster, "RayJob", "headGroupSpec.template.spec", "spec.rayClusterSpec")
-    yield PodSet("head", 1, head, "/spec/rayClusterSpec/headGroupSpec/template/spec")
+    head = _at(cluster, kind, "headGroupSpec.template.spec", where)
+    yield PodSet("head", 1, head, f"{pointer}/headGroupSpec/template/spec")
     for i, group_spec in enumerate(cluster.get("workerGroupSpecs") or []):
         yield PodSet(
             group_spec.get("groupName", str(i)),
             _ray_workers(group_spec, autoscaling),
-            _at(group_spec, "RayJob", "template.spec", f"spec.rayClusterSpec.workerGroupSpecs[{i}]"),
-            f"/spec/rayClusterSpec/workerGroupSpecs/{i}/template/spec",
+            _at(group_spec, kind, "template.spec", f"{where}.workerGroupSpecs[{i}]"),
+            f"{pointer}/workerGroupSpecs/{i}/template/spec",
         )
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from django.test import Client
+from django.core.signals import request_finished
+from django.db import close_old_connections
+from django.test import Client, RequestFactory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +90,10 @@ def workload(kind, labels=None):
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": TEMPLATE}],
             }
         },
+        "RayCluster": {
+            "headGroupSpec": {"template": TEMPLATE},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": TEMPLATE}],
+        },
         "Workload": {"podSets": [{"name": "main", "count": 4, "template": TEMPLATE}]},
     }
     spec = specs[kind]
@@ -108,6 +114,7 @@ KINDS = [
     ("jobset.x-k8s.io", "JobSet"),
     ("kubeflow.org", "PyTorchJob"),
     ("ray.io", "RayJob"),
+    ("ray.io", "RayCluster"),
     ("kueue.x-k8s.io", "Workload"),
 ]
 
@@ -193,6 +200,35 @@ def test_dry_run_leaves_no_trace_and_real_calls_are_logged():
         "acme/research/nlp",
         "alice",
     )
+
+
+def test_a_decision_is_recorded_once_when_its_answer_is_closed_not_before():
+    """Issue #40.6: the bookkeeping runs in close(), after the WSGI server sent the answer — once, however
+    many times a server closes it — and the row keeps every field through the batched insert."""
+    from admission.views import validate as view
+
+    request = RequestFactory().post(
+        "/admission/k8s/validate",
+        json.dumps(review(workload("Job"), "batch", "Job", uid="uid-close")),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    response = view(request)
+    assert response["Content-Length"] == str(len(response.content))  # no chunked encoding
+    STATE.flush()
+    assert not AdmissionDecision.objects.filter(uid="uid-close").exists()  # the answer has not gone yet
+    request_finished.disconnect(close_old_connections)  # as Django's test client does: keep the test's transaction
+    try:
+        response.close()
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+    STATE.flush()
+    row = AdmissionDecision.objects.get(uid="uid-close")
+    assert (row.kind, row.operation, row.allowed, row.reason, row.namespace, row.cluster) == (
+        "Job", "CREATE", True, "allowed", "nlp", "k8s-west"
+    )  # fmt: skip
+    assert row.at is not None and row.latency_ms > 0
 
 
 def test_the_log_names_a_controllers_pods_by_their_generate_name():
@@ -509,7 +545,7 @@ def _judged_kind(ref):
     group = str(ref.get("apiVersion") or "").rpartition("/")[0]
     return (group, ref.get("kind")) in {
         ("", "Pod"), ("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob"),
-        ("ray.io", "RayJob"), ("kueue.x-k8s.io", "Workload"),
+        ("ray.io", "RayJob"), ("ray.io", "RayCluster"), ("kueue.x-k8s.io", "Workload"),
     }  # fmt: skip
 
 
