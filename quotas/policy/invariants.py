@@ -126,13 +126,25 @@ def check_move(snapshot: OrgSnapshot, unit_id: int, new_parent_id: int) -> list[
                 field="parent",
             )
         ]
-    moved_unit = replace(unit, parent_id=new_parent_id, path=f"{parent.path}/{unit.slug}")
-    moved = replace(snapshot, units={**snapshot.units, unit_id: moved_unit})
-    problems = _check_kind(moved, moved_unit)
+    old_path, new_path = unit.path, f"{parent.path}/{unit.slug}"
+    units = {**snapshot.units, unit_id: replace(unit, parent_id=new_parent_id, path=new_path)}
+    for uid, u in snapshot.units.items():  # the subtree's paths, so what is reported names them as they will be
+        if u.path.startswith(f"{old_path}/"):
+            units[uid] = replace(u, path=new_path + u.path[len(old_path) :])
+    moved = replace(snapshot, units=units)
+    problems = _check_kind(moved, units[unit_id])
     constraints: set[Constraint] = set()
     for key in moved.quota_keys_by_unit.get(unit_id, ()):
         constraints.update(_touched_by(moved, key, as_parent=False))
-    return _sorted(problems + _evaluate(_View(moved, {}), constraints))
+    return _sorted(problems + _evaluate(_View(moved, {}), constraints) + _promises_broken_by(snapshot, moved))
+
+
+def _promises_broken_by(before: OrgSnapshot, after: OrgSnapshot) -> list[Violation]:
+    """Contract promises broken in ``after`` that were not (or less) in ``before``: a move changes the
+    contract its subtree inherits and whose units it can borrow from or lend to, so it can break the
+    promise an owner made (:func:`check_promises`) like a contract change does."""
+    was = {(v.unit, v.flavor): v.actual or 0 for v in check_promises(before)}
+    return [v for v in check_promises(after) if (v.actual or 0) > was.get((v.unit, v.flavor), -1)]
 
 
 def _touched_by(snapshot: OrgSnapshot, key: QuotaKey, *, as_parent: bool) -> list[Constraint]:

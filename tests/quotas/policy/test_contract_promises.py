@@ -73,3 +73,44 @@ def test_the_owners_own_line_does_not_borrow_from_it():
     units[batch] = replace(units[batch], contract="relaxed")
     contracts = {"strict": Contract("strict", 300, 30), "relaxed": Contract("relaxed", 3600, 600, min_run_window_s=600)}
     assert check_promises(replace(snapshot, units=units, contracts=contracts)) == []
+
+
+def test_a_move_that_brings_a_borrower_to_an_owner_is_refused_like_a_contract_change():
+    """Issue #41: a move changes whom a unit borrows from and the contract it inherits; it ran every check
+    but the promises, so a borrower with a long run window moved beside serving was accepted."""
+    from quotas.policy.invariants import check_move
+
+    b = TreeBuilder()
+    b.flavor(GPU, 32)
+    acme = b.unit("acme", UnitKind.ORGANISATION)
+    production = b.unit("production", UnitKind.DEPARTMENT, acme)
+    serving = b.unit("serving", UnitKind.TEAM, production)
+    research = b.unit("research", UnitKind.DEPARTMENT, acme)
+    lab = b.unit("lab", UnitKind.ORGANISATION)  # another organisation: its borrowers never hold acme's devices
+    tuning = b.unit("tuning", UnitKind.DEPARTMENT, lab)
+    tuner = b.unit("tuner", UnitKind.TEAM, tuning)
+    b.quota(acme, GPU, Resource.GPU, 16)
+    b.quota(production, GPU, Resource.GPU, 8, lendable=2)
+    b.quota(serving, GPU, Resource.GPU, 8, lendable=2)
+    b.quota(research, GPU, Resource.GPU, 4, burst=4)
+    b.quota(lab, GPU, Resource.GPU, 8)
+    b.quota(tuning, GPU, Resource.GPU, 4, burst=4)
+    b.quota(tuner, GPU, Resource.GPU, 2, burst=4)
+    snapshot = b.build()
+    units = dict(snapshot.units)
+    units[serving] = replace(units[serving], contract="serving-strict")
+    units[research] = replace(units[research], contract="quick")
+    units[tuning] = replace(units[tuning], contract="quick")
+    units[tuner] = replace(units[tuner], contract="long-runs")
+    contracts = {
+        "serving-strict": Contract("serving-strict", 300, 30),
+        "quick": Contract("quick", 3600, 30, min_run_window_s=60),
+        "long-runs": Contract("long-runs", 3600, 120, min_run_window_s=1800),
+    }
+    snapshot = replace(snapshot, units=units, contracts=contracts)
+    assert validate_tree(snapshot) == []  # as it stands, every promise holds
+    [broken] = check_move(snapshot, tuner, research)
+    assert broken.field == "reclaim_within" and broken.unit == "acme/production/serving"
+    assert "borrower acme/research/tuner" in broken.message  # named where it would be
+    research_alone = replace(snapshot, units={k: v for k, v in snapshot.units.items() if k != serving})
+    assert check_move(research_alone, tuner, research) == []  # no owner there to break a promise to
