@@ -281,13 +281,22 @@ ALLOT_ENFORCE_DELAY_SECONDS = env_int(
 ALLOT_ENFORCE_LOCK_SECONDS = env_int(
     "ALLOT_ENFORCE_LOCK_SECONDS", 900, help="The longest one enforcement run may hold its cluster's lock."
 )
+ALLOT_ENFORCE_LEASE_SECONDS = env_int(
+    "ALLOT_ENFORCE_LEASE_SECONDS",
+    30,
+    help=(
+        "How long a cluster's enforcement lock outlives its holder: a live run renews it every third of this, "
+        "so a worker killed mid-run frees its cluster within this many seconds (a waiting run then goes ahead)."
+    ),
+)
 # where each Slurm cluster's job_submit snapshot is written ({cluster}: its name; "" = not published)
 ALLOT_SLURM_POLICY_OUT = env_str(
     "ALLOT_SLURM_POLICY_OUT",
     "",
     help=(
         "Where each Slurm cluster's job_submit snapshot is written on every enforced change "
-        "({cluster}: its name); empty: not published."
+        "({cluster}: its name, required while more than one Slurm cluster is enabled, else the snapshot is "
+        "not written and the enforcement run says why); empty: not published."
     ),
 )
 

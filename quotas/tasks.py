@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from celery import shared_task
@@ -27,16 +28,20 @@ def cluster_sync_task(cluster_id: int, mode: str = SyncMode.APPLY, reason: str =
     return {"run": run.pk, "status": run.status, "counts": run.counts}
 
 
-@shared_task(name="quotas.tasks.enforce_cluster", bind=True, max_retries=20)
+@shared_task(name="quotas.tasks.enforce_cluster", bind=True)
 def enforce_cluster(self: Any, cluster_id: int) -> dict[str, object]:
     """Queued when a policy change commits (debounced per cluster): sync the cluster and publish its
-    Slurm snapshot. One run per cluster at a time: a busy cluster is retried a little later."""
+    Slurm snapshot. One run per cluster at a time: a busy cluster is retried a little later, for as long
+    as a run may hold the lock (ALLOT_ENFORCE_LOCK_SECONDS), so an edit made during a long run — or
+    while a killed worker's lease runs out — is never given up on."""
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     if cluster is None:
         return {"skipped": "cluster gone or disabled"}
     done = cluster_enforce(cluster=cluster)
     if done.get("busy"):
-        raise self.retry(countdown=settings.ALLOT_ENFORCE_DELAY_SECONDS or 5)
+        countdown = settings.ALLOT_ENFORCE_DELAY_SECONDS or 5
+        tries = math.ceil((settings.ALLOT_ENFORCE_LOCK_SECONDS + settings.ALLOT_ENFORCE_LEASE_SECONDS) / countdown)
+        raise self.retry(countdown=countdown, max_retries=tries + 1)
     return done
 
 

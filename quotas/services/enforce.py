@@ -12,7 +12,10 @@ while it runs queues the next. The task takes a per-cluster lock: one run per cl
 Marks and locks live in the cache, which must be shared by every process of every machine (web,
 worker, beat): settings refuse to start with enforcement on and no shared cache (``ALLOT_CACHE_URL``,
 Redis by default). A lock holds a token and is released only while it is still the holder's, so a
-run that outlived ``ALLOT_ENFORCE_LOCK_SECONDS`` never frees the lock of the run that took over.
+run that outlived its lock never frees the lock of the run that took over. The lock is a lease of
+``ALLOT_ENFORCE_LEASE_SECONDS`` that a live run renews (for at most ``ALLOT_ENFORCE_LOCK_SECONDS``): a
+worker killed mid-run stops renewing it, so its cluster is free again within the lease, not after the
+longest run allowed, and the runs queued meanwhile (retrying while busy) go ahead.
 
 The run is the change's enforcement: its ``revision`` is the newest audit row it compiled, so the
 history links each change to the first run of each cluster whose revision covers it
@@ -22,6 +25,8 @@ history links each change to the first run of each cluster whose revision covers
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -99,23 +104,57 @@ def cluster_enforce(*, cluster: Cluster) -> dict[str, Any]:
     from quotas.services.sync import cluster_sync
 
     lock, token = RUNNING.format(cluster.pk), uuid4().hex
-    if not cache.add(lock, token, timeout=settings.ALLOT_ENFORCE_LOCK_SECONDS):
+    if not cache.add(lock, token, timeout=settings.ALLOT_ENFORCE_LEASE_SECONDS):
         return {"busy": True}
+    done_renewing = _renew_while_running(lock, token)
     try:
         cache.delete(PENDING.format(cluster.pk))  # an edit from now on queues the next run
         run = cluster_sync(actor=None, reason="enforce the policy after a change", cluster=cluster, mode=SyncMode.APPLY)
         done: dict[str, Any] = {"run": run.pk, "status": run.status, "revision": run.revision}
         if cluster.kind == ClusterKind.SLURM and settings.ALLOT_SLURM_POLICY_OUT:
-            out = Path(settings.ALLOT_SLURM_POLICY_OUT.format(cluster=cluster.name))
             try:
-                done["published"] = slurm_policy_publish(cluster=cluster, out=out)["version"]
+                done["published"] = slurm_policy_publish(cluster=cluster, out=policy_out(cluster))["version"]
             except (ValueError, OSError) as exc:  # a cluster not set up yet, a path not writable: said, not raised
                 done["publish_error"] = str(exc)
                 log.error("enforce %s: the job_submit snapshot was not published: %s", cluster.name, exc)
         return done
     finally:
+        done_renewing.set()
         if cache.get(lock) == token:  # still ours (it may have expired and been taken over)
             cache.delete(lock)
+
+
+def _renew_while_running(lock: str, token: str) -> threading.Event:
+    """Renew the lease every third of ALLOT_ENFORCE_LEASE_SECONDS on a daemon thread while the run lives
+    (and it is still this run's), for at most ALLOT_ENFORCE_LOCK_SECONDS. Set the returned event to stop."""
+    done, lease = threading.Event(), settings.ALLOT_ENFORCE_LEASE_SECONDS
+    ends = time.monotonic() + settings.ALLOT_ENFORCE_LOCK_SECONDS
+
+    def renew() -> None:
+        while not done.wait(lease / 3) and time.monotonic() < ends:
+            if cache.get(lock) != token or not cache.touch(lock, lease):
+                return  # expired and taken over (or gone): never extend another run's lock
+
+    threading.Thread(target=renew, name=f"allot-enforce-lease-{lock}", daemon=True).start()
+    return done
+
+
+def policy_out(cluster: Cluster) -> Path:
+    """Where ``cluster``'s job_submit snapshot goes: ALLOT_SLURM_POLICY_OUT with ``{cluster}`` replaced.
+    Without ``{cluster}`` every Slurm cluster would write the same file and each job_submit.lua would
+    enforce whichever cluster synced last: refused (ValueError) while more than one Slurm cluster is
+    enabled."""
+    template = settings.ALLOT_SLURM_POLICY_OUT
+    if "{cluster}" not in template:
+        others = Cluster.objects.filter(kind=ClusterKind.SLURM, enabled=True).exclude(pk=cluster.pk)
+        names = sorted(others.values_list("name", flat=True))
+        if names:
+            raise ValueError(
+                f"ALLOT_SLURM_POLICY_OUT={template!r} has no {{cluster}} and Slurm clusters {cluster.name}, "
+                f"{', '.join(names)} would overwrite each other's snapshot: put {{cluster}} in the path "
+                f"(e.g. /etc/slurm/allot/{{cluster}}-policy)"
+            )
+    return Path(template.format(cluster=cluster.name))
 
 
 def enforced_by(events: Iterable[AuditEvent]) -> dict[int, list[SyncRun]]:

@@ -77,3 +77,25 @@ def test_one_run_per_cluster_at_a_time(org, settings):
     with pytest.raises(Retry):
         enforce_cluster.apply(args=(org.cluster.pk,), throw=True).get()
     cache.clear()
+
+
+def test_two_slurm_clusters_never_share_one_snapshot_file(org, settings, tmp_path):
+    """Issue #41: ALLOT_SLURM_POLICY_OUT without {cluster} let each Slurm cluster overwrite the other's
+    job_submit snapshot silently; now it is refused, naming the clusters and the fix, while a second is enabled."""
+    from quotas.models import Cluster, ClusterKind
+
+    for name in Cluster.objects.filter(kind=ClusterKind.SLURM).values_list("name", flat=True):  # the fixture's
+        services.cluster_set(actor=org.admin, reason="t", name=name, enabled=False)
+    east = services.cluster_set(actor=org.admin, reason="t", name="slurm-east", kind=ClusterKind.SLURM,
+                                connection_ref="slurm:east")  # fmt: skip
+    settings.ALLOT_SLURM_POLICY_OUT = str(tmp_path / "policy")
+    assert enforce.policy_out(east) == tmp_path / "policy"  # the only Slurm cluster: one file is fine
+    west = services.cluster_set(actor=org.admin, reason="t", name="slurm-west", kind=ClusterKind.SLURM,
+                                connection_ref="slurm:west")  # fmt: skip
+    with pytest.raises(ValueError, match=r"slurm-east, slurm-west would overwrite .* put \{cluster\} in the path"):
+        enforce.policy_out(east)
+    settings.ALLOT_SLURM_POLICY_OUT = str(tmp_path / "{cluster}-policy")
+    assert {enforce.policy_out(c) for c in (east, west)} == {
+        tmp_path / "slurm-east-policy",
+        tmp_path / "slurm-west-policy",
+    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -211,3 +212,74 @@ def test_enforcement_without_a_shared_cache_refuses_to_start():
     )
     assert done.returncode != 0
     assert "no shared cache is configured" in done.stderr and "REDIS_URL" in done.stderr
+
+
+def test_a_worker_killed_mid_enforcement_frees_its_cluster_and_the_edits_meanwhile_are_enforced(
+    demo, crd_schemas, settings
+):
+    """Issue #41: a worker killed while enforcing (an OOM kill) left its cluster's lock held for
+    ALLOT_ENFORCE_LOCK_SECONDS (15 minutes): the runs queued by later edits answered busy, gave up after
+    their retries, and the edits stayed unenforced. Now the lock is a lease its live holder renews; the
+    killed worker's lapses, and the edit made meanwhile is enforced soon after a worker is back."""
+    from django.contrib.auth import get_user_model
+
+    from quotas import services
+    from quotas.tasks import enforce_cluster
+    from tests.kube_fake import FakeKueueServer
+
+    reached, gate = threading.Event(), threading.Event()
+
+    class StallingServer(FakeKueueServer):
+        """Holds the first real write of the first run until the test says so: the worker dies meanwhile."""
+
+        def handle(self, method: str, raw_path: str, body: Any, auth: str | None) -> tuple[int, Any]:
+            if method in ("PATCH", "POST", "PUT") and "dryRun=All" not in raw_path and not reached.is_set():
+                reached.set()
+                gate.wait(60)
+            return super().handle(method, raw_path, body, auth)
+
+    cache.clear()
+    with StallingServer(crd_schemas) as fake:
+        demo.connection_ref = f"url:{fake.url}"
+        demo.save()
+        Cluster.objects.exclude(pk=demo.pk).update(enabled=False)
+        first = start_worker(f"killed-{os.getpid()}@%h", **ENFORCING)
+        eager, app.conf.task_always_eager = app.conf.task_always_eager, False
+        try:
+            enforce_cluster.delay(demo.pk)
+            assert reached.wait(120), "the run never reached its first write"
+            assert cache.get(enforce.RUNNING.format(demo.pk)), "the run holds its cluster's lock"
+            os.killpg(first.pid, signal.SIGKILL)  # no chance to release the lock
+            first.wait(timeout=30)
+            gate.set()
+            # an edit while no worker runs: the web process queues its enforcement as usual
+            settings.ALLOT_ENFORCE_ON_CHANGE, settings.ALLOT_ENFORCE_DELAY_SECONDS = True, 3
+            quota = (
+                Quota.objects.filter(flavor__cluster=demo, resource=Resource.GPU.value,
+                                     guarantee__gt=F("lendable") + 4, unit__children=None)
+                .order_by("id").first()
+            )  # fmt: skip
+            assert quota is not None
+            admin = get_user_model().objects.filter(is_staff=True).order_by("id")[0]
+            services.quota_set(
+                actor=admin, reason="edit while the worker is down", unit_id=quota.unit_id, flavor_id=quota.flavor_id,
+                resource=Resource.GPU, guarantee=quota.guarantee - 1,
+            )  # fmt: skip
+            edit = max(e.pk for e in _audit_of(quota))
+            second = start_worker(f"back-{os.getpid()}@%h", **ENFORCING)
+            back = time.monotonic()
+            try:
+                # a minute, plus the killed run's lease running out (it was 15 minutes: the lock's whole life)
+                _wait_for(
+                    lambda: any(r.finished_at and r.revision >= edit for r in _runs(demo)),
+                    60 + 30,
+                    "a run covering the edit made while the worker was down",
+                )
+                print(f"the edit was enforced {time.monotonic() - back:.1f} s after a worker was back")
+            finally:
+                stop(second)
+        finally:
+            app.conf.task_always_eager = eager
+            gate.set()
+            stop(first)
+    assert cache.get(enforce.RUNNING.format(demo.pk)) is None  # and the lock is free again
