@@ -4,6 +4,7 @@ writes an audit row."""
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -13,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounting.models import Finding, FindingState
 from accounting.policy.findings import BUDGET_KINDS, FindingKind, Found
@@ -43,6 +44,7 @@ def findings_reconcile(
     was ``found`` (see the module docstring)."""
     run = DetectionRun(end=end)
     ours = [k.value for k in (kinds if kinds is not None else set(FindingKind) - BUDGET_KINDS)]
+    _one_at_a_time(ours)
     live = {
         f.key: f
         for f in Finding.objects.select_for_update(of=("self",))
@@ -107,6 +109,21 @@ def findings_reconcile(
         audit_write(events)
     _mail_opened(opened, paths)
     return run
+
+
+def _one_at_a_time(kinds: list[str]) -> None:
+    """Reconciles of the same kinds take turns (until this transaction ends): two at once both saw no live
+    finding for a key, both inserted one, and the second died on ``finding_one_live_per_key`` (two
+    budget evaluations after two rollups). On PostgreSQL a transaction-level advisory lock keyed by the
+    kinds; SQLite lets one writer in at a time already."""
+    if connection.vendor != "postgresql":
+        return
+    key = zlib.crc32(",".join(sorted(kinds)).encode()) & 0x7FFFFFFF
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADVISORY_NAMESPACE, key])
+
+
+ADVISORY_NAMESPACE = 0x414C4F54  # "ALOT": the first key of Allot's advisory locks (the second: what is locked)
 
 
 UPDATED = ["summary", "evidence", "cost", "suggestion", "action", "partial", "updated_at", "window_start",

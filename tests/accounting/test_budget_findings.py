@@ -4,6 +4,7 @@ period ends and when spent; mailed once to the unit's leads; one click asks for 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -122,3 +123,55 @@ def test_a_lead_told_of_many_new_findings_at_once_gets_one_list(org, django_capt
     digest = by_person[("head@example.org",)]
     assert digest.subject == "[Allot] 6 new findings on units you lead" and digest.body.count("  - acme/") == 6
     assert by_person[("ops@example.org",)].subject.startswith("[Allot] budget warn: ops has spent 85 %")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_evaluations_at_once_keep_one_live_finding_per_key(org, monkeypatch):
+    """Issue #41: two budget evaluations at once (two rollups' follow-ups) both saw no live finding, both
+    inserted one and the second died on finding_one_live_per_key. The first is held just before it commits;
+    the second must wait for it and then widen its finding instead of inserting another."""
+    import threading
+
+    from django.db import connection
+
+    from accounting.policy.findings import BUDGET_KINDS, Found
+    from accounting.services import finding_records
+
+    found = [Found(FindingKind.BUDGET_WARN, "budget_warn:1:2026-11-01", org.nlp.pk, org.flavor.pk, NOW, NOW,
+                   "nlp has spent 85 % of its budget", {}, None, "raise it")]  # fmt: skip
+    holding, release = threading.Event(), threading.Event()
+    mail_opened = finding_records._mail_opened
+
+    def held(opened, paths):  # the first evaluation's last step, inside its transaction
+        if threading.current_thread().name == "first":
+            holding.set()
+            release.wait(30)
+        return mail_opened(opened, paths)
+
+    monkeypatch.setattr(finding_records, "_mail_opened", held)
+    outcomes: dict[str, Any] = {}
+
+    def evaluate():
+        try:
+            outcomes[threading.current_thread().name] = finding_records.findings_reconcile(
+                found, NOW, NOW, BUDGET_KINDS
+            )
+        except Exception as exc:  # what the second evaluation raised before
+            outcomes[threading.current_thread().name] = exc
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=evaluate, name="first")
+    first.start()
+    assert holding.wait(30)
+    second = threading.Thread(target=evaluate, name="second")
+    second.start()
+    second.join(2)  # it waits for the first (or, before, for the first's row in the unique index)
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert not isinstance(outcomes["second"], Exception), outcomes["second"]
+    assert (outcomes["first"].opened, outcomes["second"].opened, outcomes["second"].updated) == (1, 0, 1)
+    live = Finding.objects.filter(key="budget_warn:1:2026-11-01", state="open")
+    assert live.count() == 1 and live.get().detections == 2
