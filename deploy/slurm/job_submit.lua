@@ -11,7 +11,8 @@
 -- than the QOS the job runs under lets it hold (a job runs under one QOS and Slurm limits each QOS
 -- on its own: such a job would pend forever; the message names the largest job the account can
 -- run), GPUs in a QOS that carries none (tier QOS: GPU jobs run under the unit's own QOS), an
--- untyped GPU request on an account with quota for several types, and an interactive job
+-- untyped GPU request on an account with quota for several types, --ntasks-per-gpu with -n and no typed
+-- GPU count (Slurm would allocate GPUs of any type, counted against no typed limit), and an interactive job
 -- (salloc/srun) without a time limit within the interactive tier's. An untyped GPU request on an
 -- account with quota for one GPU type is made that type (so it runs on, and is counted against,
 -- that type's limits). A change to a submitted job (scontrol update: account, QOS, GPUs) is checked
@@ -89,6 +90,17 @@ local function gpus(job_desc)
     end
   end
   return found
+end
+
+-- --ntasks-per-gpu with -n and no GPU count: slurmctld allocates ceil(tasks / n) GPUs of no type, which
+-- count against none of the typed gres/gpu:<type> limits Allot's QOS carry and may land on any type.
+-- Returns that count, or nil when the job names its GPUs (--gpus=<type>:<n> --ntasks-per-gpu=<k>
+-- derives the tasks from typed GPUs, which gpus() counts).
+local function untyped_per_gpu(job_desc, asked)
+  local per = given(job_desc.ntasks_per_tres, slurm.NO_VAL16) or given(job_desc.ntasks_per_gpu, slurm.NO_VAL16)
+  if per == nil or next(asked) ~= nil then return nil end
+  local tasks = times(job_desc, "tres_per_task")
+  return math.ceil(tasks / per), per, tasks
 end
 
 -- The components of a heterogeneous job reach slurm_job_submit one after another in one request
@@ -246,7 +258,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     local only = only_type(account)
     if only ~= nil then type_untyped(job_desc, only) end
   end
-  local refused = check(p, job_desc, name, with_het(job_desc, submit_uid, name, gpus(job_desc)))
+  local asked = gpus(job_desc)
+  local untyped, per, tasks = untyped_per_gpu(job_desc, asked)
+  if untyped ~= nil then
+    local kind = (account and only_type(account)) or "<type>"
+    return refuse("--ntasks-per-gpu=%d with %d tasks asks Slurm for %d GPUs of any type, which count against no " ..
+      "GPU quota: name the type and count instead, e.g. --gpus=%s:%d --ntasks-per-gpu=%d (without -n)",
+      per, tasks, untyped, kind, untyped, per)
+  end
+  local refused = check(p, job_desc, name, with_het(job_desc, submit_uid, name, asked))
   if refused ~= nil then return refused end
   local max_minutes = p.interactive_max_minutes
   if job_desc.script == nil and max_minutes ~= nil then

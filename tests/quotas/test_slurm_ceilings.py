@@ -135,3 +135,24 @@ def test_running_jobs_never_exceed_the_ceiling_whatever_qos_they_use(enforced):
     assert _state(enforced.jobs[2]) == "PENDING"
     reason = _sh("squeue", "-h", "-j", enforced.jobs[2], "-o", "%r").stdout.strip()
     assert reason.startswith("QOSGrp"), reason
+
+
+@pytest.mark.parametrize("qos", [None, "burst-vision"])
+def test_ntasks_per_gpu_asks_for_gpus_of_any_type_and_is_refused_unless_typed(enforced, qos):
+    """Issue #41: `-n 8 --ntasks-per-gpu=1` sends ntasks_per_tres and no GPU field; slurmctld then allocated
+    8 GPUs of no type, counted against none of the typed QOS limits (it ran 8 A100s on a 2-GPU account)."""
+    extra = (f"--qos={qos}",) if qos else ()
+    untyped = _submit("bob", "vision", *extra, "-n", "8", "--ntasks-per-gpu=1", keep=enforced.jobs)
+    assert untyped.returncode != 0, untyped.stdout
+    assert "--ntasks-per-gpu=1 with 8 tasks asks Slurm for 8 GPUs of any type" in untyped.stderr, untyped.stderr
+    assert "--gpus=a100:8 --ntasks-per-gpu=1 (without -n)" in untyped.stderr  # vision's one type, named
+    small = _submit("bob", "vision", *extra, "-n", "2", "--ntasks-per-gpu=2", keep=enforced.jobs)
+    assert small.returncode != 0 and "asks Slurm for 1 GPUs of any type" in small.stderr, small.stderr
+    # typed: the tasks follow from the GPUs, which are counted like any typed request
+    too_many = _submit("bob", "vision", *extra, "--gpus=a100:4", "--ntasks-per-gpu=1", keep=enforced.jobs)
+    assert too_many.returncode != 0 and "4 A100 GPUs is more than account vision" in too_many.stderr
+    fits = _submit("bob", "vision", *extra, "--gpus=a100:1", "--ntasks-per-gpu=2", keep=enforced.jobs)
+    assert fits.returncode == 0, fits.stderr
+    # srun asks for its allocation through the same plugin
+    srun = _sh("srun", "-A", "vision", *extra, "-t", "5", "-n", "2", "--ntasks-per-gpu=1", "true", user="bob")
+    assert srun.returncode != 0 and "asks Slurm for 2 GPUs of any type" in srun.stderr, srun.stderr
