@@ -691,6 +691,40 @@ def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset(la
     assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check").status == SyncStatus.IN_SYNC
 
 
+def test_a_user_associations_own_qos_and_default_qos_are_drift_and_are_reset(lab):
+    """Issue #41: after `set QOS+=normal DefaultQOS=normal` on a member's association, her jobs without
+    --qos ran under normal (outside every Allot limit) and no sync saw it. Reported field by field, then
+    reset to the account's under `correct`; a sync after it writes nothing."""
+    from quotas.models import DriftPolicy
+
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
+        SyncStatus.APPLIED,
+        SyncStatus.IN_SYNC,
+    )
+    accounts, users, _, _ = Sacctmgr().read("lab")
+    nlp = next(a for a in accounts if a.name == "nlp")
+    alice = next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
+    assert (alice.qos, alice.default_qos) == (nlp.qos, nlp.default_qos)  # inherited, as show assoc prints it
+    _sh("sacctmgr", "-i", "modify", "user", "where", "name=alice", "account=nlp", "cluster=lab", "set", "QOS+=normal",
+        "DefaultQOS=normal", check=True)  # fmt: skip
+    report = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
+    drifted = {o.name: o for o in SyncObject.objects.filter(run=report, outcome=SyncOutcome.DRIFT)}
+    assert report.status == SyncStatus.DRIFT and set(drifted) == {"alice@nlp"}, report.message
+    changes = {c["path"]: c for c in drifted["alice@nlp"].changes}
+    assert "normal" in changes["qos"]["actual"] and changes["defaultqos"]["actual"] == "normal"
+    services.cluster_set(
+        actor=lab.admin, reason="t", name=lab.slurm.name, kind=ClusterKind.SLURM,
+        connection_ref=lab.slurm.connection_ref, drift_policy=DriftPolicy.CORRECT,
+    )  # fmt: skip
+    lab.slurm.refresh_from_db()
+    corrected = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
+    assert corrected.status == SyncStatus.APPLIED, corrected.message
+    _, users, _, _ = Sacctmgr().read("lab")
+    alice = next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
+    assert (alice.qos, alice.default_qos) == (nlp.qos, nlp.default_qos)
+    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check").status == SyncStatus.IN_SYNC
+
+
 def test_the_dry_run_prints_the_partial_dump_it_would_load(lab, capsys):
     from django.core.management import call_command
 

@@ -123,6 +123,7 @@ def plan_slurm(
     refusals: list[Problem] = []
     commands = _qos_commands(desired.qos, {q.name: q for q in qos}, refusals, cluster)
     actual_accounts = {a.name: a for a in accounts}
+    desired_accounts = {a.name: a for a in desired.accounts}
     want_effective = effective_qos(desired.accounts)
     have_effective = {a.name: a.qos for a in accounts}
     for want in desired.accounts:
@@ -160,7 +161,7 @@ def plan_slurm(
     for user in desired.users:
         have_user = actual_users.get((user.name, user.account))
         if have_user is not None:
-            commands += _user_drift(user, have_user, actual_accounts, cluster)
+            commands += _user_drift(user, have_user, actual_accounts, desired_accounts, cluster)
         if have_user is None:
             argv = (
                 "add",
@@ -176,15 +177,33 @@ def plan_slurm(
     return commands, refusals
 
 
-def _user_drift(want: SlurmUser, have: SlurmUser, accounts: dict[str, SlurmAccount], cluster: str) -> list[Command]:
-    """A user association's own Fairshare or limits set by hand (sacctmgr modify user … set MaxJobs=…):
-    drift, reset to what Allot writes (Fairshare as compiled, no limits of its own)."""
+def _user_drift(
+    want: SlurmUser,
+    have: SlurmUser,
+    accounts: dict[str, SlurmAccount],
+    desired: dict[str, SlurmAccount],
+    cluster: str,
+) -> list[Command]:
+    """A user association's own Fairshare, limits, QOS list or DefaultQOS set by hand (sacctmgr modify
+    user … set MaxJobs=…, QOS+=normal DefaultQOS=normal): drift, reset to what Allot writes (Fairshare as
+    compiled, no limits of its own, its account's QOS and default). ``show assoc`` prints the account's
+    QOS on a user that sets none, so only a list or default other than the account's as read is the
+    user's own; it is cleared (``QOS= DefaultQOS=-1``), so the user inherits the account's again and
+    follows its later changes (checked on the local stack)."""
     account = accounts.get(want.account)
     limits = own_limits(have.limits, account.limits if account else {})
     changes, changed = [], []
     if have.fairshare != want.fairshare:
         changes.append(FieldChange("fairshare", want.fairshare, have.fairshare))
         changed.append(f"Fairshare={want.fairshare}")
+    target = desired.get(want.account)
+    if account is not None and target is not None and target.qos and have.qos:
+        if have.qos != account.qos:
+            changes.append(FieldChange("qos", target.qos, have.qos))
+        if have.default_qos != account.default_qos:
+            changes.append(FieldChange("defaultqos", target.default_qos, have.default_qos))
+        if have.qos != account.qos or have.default_qos != account.default_qos:
+            changed += ["QOS=", "DefaultQOS=-1"]
     if limits:
         changes.append(FieldChange("limits", {}, limits))
         changed += clear_limits(limits)

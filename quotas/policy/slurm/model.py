@@ -29,6 +29,11 @@ class SlurmUser:
     limits: Mapping[str, str] = field(default_factory=dict, hash=False)
     """Limits on the user association as read (``ACCOUNT_LIMITS``; those equal to its account's are
     the account's, shown on every association under it): Allot sets none, so any other is drift."""
+    qos: tuple[str, ...] = field(default=(), compare=False)
+    """The association's QOS as read (``show assoc`` prints the account's on a user that sets none);
+    Allot sets none of its own, so a list other than its account's is drift (a job could run under it)."""
+    default_qos: str = field(default="", compare=False)
+    """Its DefaultQOS as read, likewise: job_submit.lua counts a job without --qos under the account's."""
 
 
 @dataclass(frozen=True, slots=True)

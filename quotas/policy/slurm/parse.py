@@ -56,10 +56,11 @@ def parse_assoc(text: str, columns: Sequence[str] | None = None) -> tuple[list[S
         account, user = row.get("account", "").lower(), row.get("user", "").lower()
         share = row.get("share", "1")
         fairshare = 1 if not share.isdigit() or share == PARENT_SHARE else int(share)
+        qos = tuple(sorted(q for q in row.get("qos", "").lower().split(",") if q))
         if user:
-            users.append(SlurmUser(user, account, "", fairshare, _limits(row, ACCOUNT_LIMITS)))
+            limits = _limits(row, ACCOUNT_LIMITS)
+            users.append(SlurmUser(user, account, "", fairshare, limits, qos, row.get("defaultqos", "").lower()))
         elif account != "root":
-            qos = tuple(sorted(q for q in row.get("qos", "").lower().split(",") if q))
             accounts.append(
                 SlurmAccount(
                     account,

@@ -466,6 +466,33 @@ def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset():
     assert step.argv == drift.argv
 
 
+def test_a_user_associations_own_qos_and_default_qos_are_drift_and_are_reset_to_its_accounts():
+    """Issue #41: `sacctmgr modify user where name=alice account=… set QOS+=normal DefaultQOS=normal` let her
+    jobs without --qos run under normal, outside every Allot limit; it was neither drift nor corrected.
+    `show assoc` prints the account's QOS on a user that sets none: those are not drift."""
+    from dataclasses import replace
+
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    accounts, qos, descriptions = _as_read(state)
+    by_account = {a.name: a for a in accounts}
+    first = next(u for u in state.users if u.name == "alice" and by_account[u.account].qos)
+    account = by_account[first.account]
+    inherited = [replace(u, qos=by_account[u.account].qos, default_qos=by_account[u.account].default_qos)
+                 for u in state.users]  # fmt: skip
+    commands, _ = plan_slurm(state, accounts, inherited, qos, descriptions=descriptions)
+    assert [c for c in commands if c.kind == "user"] == []  # as read on every user: no drift
+    users = [
+        replace(u, qos=tuple(sorted((*account.qos, "normal"))), default_qos="normal") if u == first else u
+        for u in inherited
+    ]
+    commands, _ = plan_slurm(state, accounts, users, qos, descriptions=descriptions)
+    [drift] = [c for c in commands if c.kind == "user"]
+    assert drift.name == f"alice@{first.account}" and {c.path for c in drift.changes} == {"qos", "defaultqos"}
+    assert set(drift.argv[7:]) == {"QOS=", "DefaultQOS=-1"}  # cleared: she inherits the account's again
+    assert {c.path: c.desired for c in drift.changes} == {"qos": account.qos, "defaultqos": account.default_qos}
+
+
 def test_limits_allot_never_sets_on_its_accounts_and_qos_are_drift_and_are_cleared():
     snapshot, target = tree()
     state = compile_slurm(snapshot, target)
