@@ -8,7 +8,8 @@
 -- QOS the account may not use or a time limit above the QOS's, more GPUs of a type than the account
 -- could ever hold (counted over every form of GPU request, a type without a count being one per
 -- node / task / job as Slurm reads it, and over all components of a heterogeneous job), more GPUs
--- than the QOS the job runs under lets it hold (a job runs under one QOS and Slurm limits each QOS
+-- than the QOS the job runs under lets it hold (the components under that QOS, for a heterogeneous
+-- job; a job runs under one QOS and Slurm limits each QOS
 -- on its own: such a job would pend forever; the message names the largest job the account can
 -- run), GPUs in a QOS that carries none (tier QOS: GPU jobs run under the unit's own QOS), an
 -- untyped GPU request on an account with quota for several types, --ntasks-per-gpu with -n and no typed
@@ -106,19 +107,29 @@ end
 -- The components of a heterogeneous job reach slurm_job_submit one after another in one request
 -- (het_job_offset 0, 1, ...; slurmctld holds its job lock throughout): what the earlier components
 -- of the same request asked is added to each later one's.
-local het = {uid = nil, account = nil, gpus = {}}
+-- Each QOS limits what runs under it on its own, so the components under one QOS are added up for that
+-- QOS's limit, and all of them for the account's ceiling. A batch hetjob's later components carry no
+-- script (only the first does): they are batch work too, not interactive.
+local het = {uid = nil, account = nil, gpus = {}, by_qos = {}, batch = false}
 
-local function with_het(job_desc, submit_uid, name, asked)
-  local offset = job_desc.het_job_offset
-  if offset == nil or offset == slurm.NO_VAL then return asked end
-  if offset == 0 or het.uid ~= submit_uid or het.account ~= name then
-    het = {uid = submit_uid, account = name, gpus = {}}
-  end
+local function added(a, b)
   local total = {}
-  for kind, count in pairs(asked) do total[kind] = count end
-  for kind, count in pairs(het.gpus) do total[kind] = (total[kind] or 0) + count end
-  het.gpus = total
+  for kind, count in pairs(a) do total[kind] = count end
+  for kind, count in pairs(b) do total[kind] = (total[kind] or 0) + count end
   return total
+end
+
+-- Returns what counts against the account's ceiling, what counts against this component's QOS, and
+-- whether the job is batch work.
+local function with_het(job_desc, submit_uid, name, asked, qos)
+  local offset = job_desc.het_job_offset
+  if offset == nil or offset == slurm.NO_VAL then return asked, asked, job_desc.script ~= nil end
+  if offset == 0 or het.uid ~= submit_uid or het.account ~= name then
+    het = {uid = submit_uid, account = name, gpus = {}, by_qos = {}, batch = job_desc.script ~= nil}
+  end
+  het.gpus = added(het.gpus, asked)
+  het.by_qos[qos or ""] = added(het.by_qos[qos or ""] or {}, asked)
+  return het.gpus, het.by_qos[qos or ""], het.batch or job_desc.script ~= nil
 end
 
 -- The one GPU type an account has quota for, or nil (none, or several).
@@ -145,6 +156,9 @@ local function type_untyped(job_desc, kind)
         if count ~= nil then
           item = prefix .. ":" .. kind .. sep .. count
           changed = true
+        elseif string.match(item, "^gres[:/]gpu$") then  -- --gres=gpu: one, as Slurm reads it
+          item = item .. ":" .. kind
+          changed = true
         end
         items[#items + 1] = item
       end
@@ -165,8 +179,10 @@ local function largest(account)
 end
 
 -- The checks every job passes, at submission and after a change. ``job`` reads like job_desc;
--- ``asked`` is its GPUs per type (every component of a heterogeneous job added up).
-local function check(p, job, name, asked)
+-- ``asked`` is its GPUs per type (every component of a heterogeneous job added up), ``in_qos`` what
+-- counts against the QOS it runs under (a heterogeneous job's components under that QOS; default: asked).
+local function check(p, job, name, asked, in_qos)
+  in_qos = in_qos or asked
   for _, archived in ipairs(p.archived or {}) do
     if archived == name then
       return refuse("account %s belongs to an archived unit: use your current team's account", name)
@@ -214,6 +230,9 @@ local function check(p, job, name, asked)
     if kind == "" and kinds > 1 then
       return refuse("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
     end
+  end
+  for kind, count in pairs(in_qos) do
+    local what = kind ~= "" and (string.upper(kind) .. " ") or ""
     local budgets = account.budget_denied or {}
     local spent = budgets[kind]
     if kind == "" then
@@ -259,6 +278,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if only ~= nil then type_untyped(job_desc, only) end
   end
   local asked = gpus(job_desc)
+  local qos = job_desc.qos
+  if qos == nil or qos == "" then qos = account and account.default_qos or "" else qos = string.lower(qos) end
   local untyped, per, tasks = untyped_per_gpu(job_desc, asked)
   if untyped ~= nil then
     local kind = (account and only_type(account)) or "<type>"
@@ -266,10 +287,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       "GPU quota: name the type and count instead, e.g. --gpus=%s:%d --ntasks-per-gpu=%d (without -n)",
       per, tasks, untyped, kind, untyped, per)
   end
-  local refused = check(p, job_desc, name, with_het(job_desc, submit_uid, name, asked))
+  local total, in_qos, batch = with_het(job_desc, submit_uid, name, asked, qos)
+  local refused = check(p, job_desc, name, total, in_qos)
   if refused ~= nil then return refused end
   local max_minutes = p.interactive_max_minutes
-  if job_desc.script == nil and max_minutes ~= nil then
+  if not batch and max_minutes ~= nil then
     local limit = job_desc.time_limit
     if limit == nil or limit == slurm.NO_VAL or limit > max_minutes then
       return refuse("interactive jobs need a time limit of at most %d minutes: add -t %d or less", max_minutes, max_minutes)

@@ -156,3 +156,33 @@ def test_ntasks_per_gpu_asks_for_gpus_of_any_type_and_is_refused_unless_typed(en
     # srun asks for its allocation through the same plugin
     srun = _sh("srun", "-A", "vision", *extra, "-t", "5", "-n", "2", "--ntasks-per-gpu=1", "true", user="bob")
     assert srun.returncode != 0 and "asks Slurm for 2 GPUs of any type" in srun.stderr, srun.stderr
+
+
+def test_valid_forms_that_were_refused_are_accepted(enforced):
+    """Issue #41, refused but valid: `--gres=gpu` without a count on a one-type account (one GPU of its
+    type); a batch hetjob whose later component has no -t (it is batch work, not interactive); a hetjob
+    of 2 × guarantee + 1 × burst within each QOS (each QOS's own components are what count against it)."""
+    plain = _submit("bob", "vision", "--gres=gpu", keep=enforced.jobs)
+    assert plain.returncode == 0, plain.stderr
+    job = plain.stdout.split()[-1]
+    assert "gpu:a100" in _sh("scontrol", "show", "job", job).stdout  # made its account's one type
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", dir="/tmp") as script:  # readable by the job's user
+        script.write("#!/bin/bash\n#SBATCH -A nlp -t 5 --gres=gpu:a100:1\n#SBATCH hetjob\n")
+        script.write("#SBATCH --gres=gpu:a100:1\ntrue\n")
+        script.flush()
+        Path(script.name).chmod(0o644)
+        het = _sh("sbatch", "-H", "--chdir=/tmp", "-o", "/dev/null", script.name, user="alice")
+    assert het.returncode == 0, het.stderr
+    enforced.jobs.append(het.stdout.split()[-1])
+    # nlp: guar-nlp holds 2, burst-nlp 1 — two components under the one and one under the other fit each
+    # (each names its QOS: sbatch gives a --qos named in one component alone to every component)
+    one = ("--gres=gpu:a100:1", "--wrap", "true")
+    guar, burst = ("--qos=guar-nlp", *one), ("--qos=burst-nlp", *one)
+    mixed = _sh(*SBATCH, "-A", "nlp", *guar, ":", *guar, ":", *burst, user="alice")
+    assert mixed.returncode == 0, mixed.stderr
+    enforced.jobs.append(mixed.stdout.split()[-1])
+    # …while three under guar-nlp are still more than it lets a job hold
+    three = _sh(*SBATCH, "-A", "nlp", *one, ":", *one, ":", *one, user="alice")
+    assert three.returncode != 0 and "3 A100 GPUs can never start under QOS guar-nlp" in three.stderr, three.stderr
