@@ -186,3 +186,18 @@ def test_valid_forms_that_were_refused_are_accepted(enforced):
     # …while three under guar-nlp are still more than it lets a job hold
     three = _sh(*SBATCH, "-A", "nlp", *one, ":", *one, ":", *one, user="alice")
     assert three.returncode != 0 and "3 A100 GPUs can never start under QOS guar-nlp" in three.stderr, three.stderr
+
+
+def test_gpus_without_a_type_past_job_submit_still_count_against_the_units_qos(enforced):
+    """Issue #41, Slurm's own backstop: GPUs allocated without a type count against no gres/gpu:<type>
+    limit, so each unit QOS also limits the untyped gres/gpu to its typed total. A job of 2 untyped GPUs
+    under guar-vision (1) that job_submit.lua never saw must not start (it ran before, on any type)."""
+    # root submits for bob (sbatch --uid): job_submit.lua does not check root, so nothing types it
+    held = _sh(*SBATCH, "--uid=bob", "-A", "vision", "--qos=guar-vision", "--gres=gpu:2", "--wrap", "true")
+    assert held.returncode == 0, held.stderr
+    job = held.stdout.split()[-1]
+    enforced.jobs.append(job)
+    _sh("scontrol", "release", job)
+    time.sleep(12)  # a scheduling pass (sched_interval=10): 16 GPUs of two types are free
+    shown = _sh("scontrol", "show", "job", job).stdout
+    assert "JobState=PENDING" in shown and "Reason=QOSGrpGRES" in shown, shown

@@ -85,10 +85,11 @@ def test_sync_converges_and_a_second_sync_writes_nothing(lab):
         "ops": "acme",
     }
     by_name = {q.name: q for q in qos}
-    assert by_name["guar-nlp"].grp_tres == {"gres/gpu:a100": 2}  # nlp 4 − llm 2
+    assert by_name["guar-nlp"].grp_tres == {"gres/gpu:a100": 2, "gres/gpu": 2}  # nlp 4 − llm 2; untyped backstop
     # strict subtree ceilings: nlp's burst of 2 is shared with its project llm (which asks 1)
-    assert by_name["burst-nlp"].grp_tres == {"gres/gpu:a100": 1} and by_name["burst-nlp"].preempt_mode == "requeue"
-    assert by_name["burst-llm"].grp_tres == {"gres/gpu:a100": 1}
+    assert by_name["burst-nlp"].grp_tres == {"gres/gpu:a100": 1, "gres/gpu": 1}
+    assert by_name["burst-nlp"].preempt_mode == "requeue"
+    assert by_name["burst-llm"].grp_tres == {"gres/gpu:a100": 1, "gres/gpu": 1}
     assert by_name["burst-nlp"].grace_time_s == 120 and by_name["burst-nlp"].preempt_exempt_s == 300
     assert "burst-nlp" in by_name["guar-vision"].preempt
     assert {("alice", "nlp"), ("dave", "nlp"), ("bob", "vision")} <= {(u.name, u.account) for u in users}
@@ -117,7 +118,7 @@ def test_a_quota_change_becomes_exactly_the_qos_modifications(lab):
     ]
     assert all("rc=0" in o.message for o in writes(run))
     _, _, qos, _ = Sacctmgr().read("lab")
-    assert {q.name: q.grp_tres for q in qos}["guar-nlp"] == {"gres/gpu:a100": 1}
+    assert {q.name: q.grp_tres for q in qos}["guar-nlp"] == {"gres/gpu:a100": 1, "gres/gpu": 1}
     cluster_sync(actor=lab.admin, reason="restore", cluster=lab.slurm)
 
 
@@ -240,12 +241,16 @@ def test_drift_is_reported_field_by_field_and_corrected_when_the_policy_says_so(
     assert drift == {
         "guar-nlp": [
             {"path": "priority", "desired": 1000, "actual": 7},
-            {"path": "grptres", "desired": {"gres/gpu:a100": 2}, "actual": {"gres/gpu:a100": 5}},
+            {
+                "path": "grptres",
+                "desired": {"gres/gpu:a100": 2, "gres/gpu": 2},
+                "actual": {"gres/gpu:a100": 5, "gres/gpu": 2},
+            },
         ],
         "vision": [{"path": "fairshare", "desired": 1, "actual": 3}],
     }
     _, _, qos, _ = Sacctmgr().read("lab")
-    assert {q.name: q.grp_tres for q in qos}["guar-nlp"] == {"gres/gpu:a100": 5}  # reported, not touched
+    assert {q.name: q.grp_tres for q in qos}["guar-nlp"] == {"gres/gpu:a100": 5, "gres/gpu": 2}  # reported only
     services.cluster_set(actor=lab.admin, reason="t", name=lab.slurm.name, drift_policy=DriftPolicy.CORRECT)
     from config.celery import app
 
@@ -259,7 +264,7 @@ def test_drift_is_reported_field_by_field_and_corrected_when_the_policy_says_so(
     assert corrected.mode == "drift_check" and corrected.status == SyncStatus.APPLIED
     assert sorted(o.name for o in writes(corrected)) == ["guar-nlp", "vision"]
     _, _, qos, _ = Sacctmgr().read("lab")
-    assert {q.name: (q.grp_tres, q.priority) for q in qos}["guar-nlp"] == ({"gres/gpu:a100": 2}, 1000)
+    assert {q.name: (q.grp_tres, q.priority) for q in qos}["guar-nlp"] == ({"gres/gpu:a100": 2, "gres/gpu": 2}, 1000)
 
 
 def test_a_delete_refused_while_jobs_run_is_blocked_then_done_by_a_later_sync(lab):
@@ -842,7 +847,7 @@ def test_a_saved_edit_reaches_slurm_and_its_snapshot_by_itself_linked_from_the_h
             resource=Resource.GPU, guarantee=5,
         )  # fmt: skip
     _, _, qos, _ = Sacctmgr().read("lab")
-    assert {q.name: q for q in qos}["guar-nlp"].grp_tres == {"gres/gpu:a100": 3}  # 5 less llm's 2: no command run
+    assert {q.name: q for q in qos}["guar-nlp"].grp_tres == {"gres/gpu:a100": 3, "gres/gpu": 3}  # 5 less llm's 2
     published = json.loads((tmp_path / "slurm-lab-policy.json").read_text())
     assert published["accounts"]["nlp"]["gpus"] == {"a100": 7}
     run = SyncRun.objects.filter(cluster=lab.slurm, reason__startswith="enforce").latest("id")

@@ -42,15 +42,16 @@ def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget
             "guarantee",
             "per unit and GPU type",
             How.SLURM,
-            "QOS guar-<account> GrpTRES=gres/gpu:<type> (the part its children do not hold); reclaimed by "
-            "preemption: every guarantee QOS lists every burst QOS in Preempt=",
+            "QOS guar-<account> GrpTRES=gres/gpu:<type> (the part its children do not hold), and gres/gpu "
+            "(untyped) at their total; reclaimed by preemption: every guarantee QOS lists every burst QOS in Preempt=",
         ),
         CoverageLine(
             "quota",
             "burst",
             "per unit and GPU type",
             How.SLURM,
-            "QOS burst-<account> GrpTRES=gres/gpu:<type>, low priority, PreemptMode=requeue",
+            "QOS burst-<account> GrpTRES=gres/gpu:<type> and gres/gpu at their total, low priority, "
+            "PreemptMode=requeue",
         ),
         subtree,
         CoverageLine(

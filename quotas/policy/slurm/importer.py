@@ -328,9 +328,10 @@ def _limits(
 
 def _gpus(found: SlurmImport, qos: SlurmQos, flavors: Sequence[str]) -> dict[str, int]:
     gpus: dict[str, int] = {}
+    typed = any(t.startswith("gres/gpu:") for t in qos.grp_tres)
     for tres, count in qos.grp_tres.items():
-        if not tres.startswith("gres/gpu"):
-            continue
+        if not tres.startswith("gres/gpu") or (tres == "gres/gpu" and typed):
+            continue  # beside typed limits, the untyped one is their total (Allot's backstop), not more GPUs
         kind = tres.partition(":")[2]
         if not kind and len(flavors) == 1:
             kind = flavors[0]

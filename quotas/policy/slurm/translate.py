@@ -9,6 +9,8 @@ Mapping (docs/concepts/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
   is what the unit guarantees beyond its children (its residual: children have their own QOS),
   high priority, and ``Preempt=`` every burst QOS — never a GPU ``GrpTRES`` on the account itself
   (pitfall P1: it would count burst usage against siblings' guarantees);
+* each unit QOS also carries ``GrpTRES=gres/gpu=<the sum of its typed limits>`` (:data:`UNTYPED`): GPUs
+  Slurm allocates without a type count against no typed limit, but against this one;
 * a unit's burst → QOS ``burst-<account>``: ``GrpTRES`` = burst, low priority,
   ``PreemptMode=requeue``, ``GraceTime`` and ``PreemptExemptTime`` from its contract (grace period,
   minimum run window), ``UsageFactor=0.5`` (borrowed time counts half in fair-share);
@@ -62,6 +64,13 @@ from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
 GUARANTEE_PRIORITY, BURST_PRIORITY = 1000, 10
 GUARANTEE_DESCRIPTION = "guaranteed gpus"
 BURST_DESCRIPTION = "borrowed gpus, requeued on reclaim"
+
+
+UNTYPED = "gres/gpu"
+"""Each unit QOS also limits the untyped ``gres/gpu`` to the sum of its typed limits: a typed request
+counts against both (Slurm counts ``gres/gpu:<type>`` and ``gres/gpu``), so nothing typed is limited
+more, while GPUs allocated without a type (``--ntasks-per-gpu`` with ``-n``, a request past
+job_submit.lua) count against no typed limit and would otherwise escape the unit's ceiling."""
 
 
 def qos_description(cluster: str, text: str) -> str:
@@ -153,6 +162,9 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
                 burst[tres] = 0 if (uid, flavor.key) in no_borrowing else own_burst[flavor.key][uid]
                 if (uid, flavor.key, "burst") in minutes:
                     bmins[tres] = minutes[(uid, flavor.key, "burst")]
+        for typed in (guar, burst):  # the untyped backstop: see UNTYPED
+            if typed:
+                typed[UNTYPED] = sum(typed.values())
         contract = snapshot.effective_contract(uid)
         if burst:
             burst_qos[uid] = SlurmQos(

@@ -62,12 +62,14 @@ def test_guarantees_are_qos_on_the_residual_and_burst_preemptible_under_the_cont
     state = compile_slurm(*permissive())
     qos = {q.name: q for q in state.qos}
     # nlp guarantees 24 h100, its project llm 16: nlp's own QOS covers the other 8; llm has its own
-    assert qos["guar-nlp"].grp_tres == {"gres/gpu:h100": 8, "gres/gpu:a100": 2}
-    assert qos["guar-llm"].grp_tres == {"gres/gpu:h100": 16}
-    assert qos["guar-acme"].grp_tres == {"gres/gpu:h100": 16, "gres/gpu:a100": 8}  # 64 − 40 − 8 unassigned
+    # each unit QOS also holds the untyped gres/gpu to its typed total (the backstop: GPUs allocated
+    # without a type count against no typed limit)
+    assert qos["guar-nlp"].grp_tres == {"gres/gpu:h100": 8, "gres/gpu:a100": 2, "gres/gpu": 10}
+    assert qos["guar-llm"].grp_tres == {"gres/gpu:h100": 16, "gres/gpu": 16}
+    assert qos["guar-acme"].grp_tres == {"gres/gpu:h100": 16, "gres/gpu:a100": 8, "gres/gpu": 24}  # 64 − 40 − 8
     burst = qos["burst-nlp"]
     assert (burst.grp_tres, burst.preempt_mode, burst.grace_time_s, burst.preempt_exempt_s, burst.usage_factor) == (
-        {"gres/gpu:h100": 8, "gres/gpu:a100": 2},
+        {"gres/gpu:h100": 8, "gres/gpu:a100": 2, "gres/gpu": 10},
         "requeue",
         20,
         30,
@@ -112,7 +114,9 @@ def test_dump_format_puts_each_parent_before_its_children():
     assert "User - 'dave':DefaultAccount='nlp':Fairshare=1" in lines
     script = qos_script(compile_slurm(*permissive()))
     assert "sacctmgr -i add qos burst-nlp 'Description=allot@lab: borrowed gpus, requeued on reclaim'" in script
-    assert "'GrpTRES=gres/gpu:a100=2,gres/gpu:h100=8'" in script and "'PreemptExemptTime=00:00:30'" in script
+    assert (
+        "'GrpTRES=gres/gpu=10,gres/gpu:a100=2,gres/gpu:h100=8'" in script and "'PreemptExemptTime=00:00:30'" in script
+    )
 
 
 def test_reading_real_sacctmgr_output(fixtures):
@@ -576,9 +580,9 @@ def test_strict_subtree_ceilings_split_a_parents_burst_among_its_subtree():
     state = compile_slurm(snapshot, target)
     qos = {q.name: q for q in state.qos}
     # nlp asks 8 of research's 10 (fits: research keeps 2); llm asks 4 of nlp's 8 (fits: nlp keeps 4)
-    assert qos["burst-research"].grp_tres == {"gres/gpu:h100": 2}
-    assert qos["burst-nlp"].grp_tres == {"gres/gpu:h100": 4}
-    assert qos["burst-llm"].grp_tres == {"gres/gpu:h100": 4}
+    assert qos["burst-research"].grp_tres == {"gres/gpu:h100": 2, "gres/gpu": 2}
+    assert qos["burst-nlp"].grp_tres == {"gres/gpu:h100": 4, "gres/gpu": 4}
+    assert qos["burst-llm"].grp_tres == {"gres/gpu:h100": 4, "gres/gpu": 4}
     assert _usable(state, ("research", "nlp", "llm"), "h100") == 50
     assert _usable(state, ("nlp", "llm"), "h100") == 32
     # what is left is nlp's A100 *guarantee* under a research without A100 — a tree the invariants refuse
