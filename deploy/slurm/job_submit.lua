@@ -321,6 +321,12 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if v == nil or v == "" or v == slurm.NO_VAL or v == slurm.NO_VAL16 then v = job_rec[field] end
     view[field] = v
   end
+  if given(view.num_tasks) == nil then
+    -- the job record does not carry its task count (22.05: job_rec.num_tasks is nil), so a per-task GPU
+    -- change on a -n 4 job was counted once; its CPUs are an upper bound (every task has one at least)
+    local cpus = string.match(job_rec.tres_fmt_req_str or "", "cpu=(%d+)")
+    if cpus ~= nil then view.num_tasks = tonumber(cpus) end
+  end
   local name = string.lower(view.account or "")
   local refused = check(p, view, name, gpus(view))
   if refused ~= nil then return refused end

@@ -106,6 +106,16 @@ def test_a_change_after_submission_is_checked_like_a_submission(enforced):
     assert fine.returncode == 0, fine.stderr  # what Allot does not count is not in its way
 
 
+def test_a_per_task_gpu_change_is_counted_for_every_task(enforced):
+    """Issue #41: `scontrol update TresPerTask=gres:gpu:a100:1` on a `-n 4` job was counted as 1 GPU (the
+    job record has no task count) and the job then held 4 A100s on a 2-GPU account."""
+    held = _submit("bob", "vision", "-n", "4", keep=enforced.jobs)
+    job = held.stdout.split()[-1]
+    more = _sh("scontrol", "update", f"jobid={job}", "TresPerTask=gres:gpu:a100:1", user="bob")
+    assert more.returncode != 0, more.stdout
+    assert "gres/gpu" not in _sh("scontrol", "show", "job", job).stdout  # unchanged: no GPUs
+
+
 def test_a_heterogeneous_job_is_counted_as_a_whole(enforced):
     two = _sh(*SBATCH, "-A", "vision", "--gres=gpu:a100:1", "--wrap", "true", ":", "--gres=gpu:a100:1",
               "--wrap", "true", user="bob")  # fmt: skip
