@@ -120,7 +120,18 @@ def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
             )
         elif kind == "User":
             limits = {k: v.lower() for k, v in values.items() if k in _LIMIT_NAMES}
-            users.append(SlurmUser(name, parent, values.get("defaultaccount", "").lower(), limits=limits))
+            share = values.get("fairshare", "1")
+            users.append(
+                SlurmUser(
+                    name,
+                    parent,
+                    values.get("defaultaccount", "").lower(),
+                    1 if share in ("", PARENT_SHARE) or not share.isdigit() else int(share),
+                    limits,
+                    tuple(sorted(q for q in values.get("qos", "").lower().split(",") if q)),
+                    values.get("defaultqos", "").lower(),
+                )
+            )
         else:
             raise ValueError(f"line {number}: {kind!r} is not a dump line (Cluster, Parent, Account or User)")
     if not cluster:
@@ -259,6 +270,23 @@ def _limits_lost(found: SlurmImport, accounts: Sequence[SlurmAccount], users: Se
             found.losses.append(
                 f"user {user.name} in {user.account}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over "
                 "(Allot sets no per-user limit; the sync reports it as drift)"
+            )
+        if user.fairshare != 1:
+            found.losses.append(
+                f"user {user.name} in {user.account}: Fairshare={user.fairshare} is not carried over (every "
+                "member's association has Fairshare=1: its unit's weight is shared evenly; the sync resets it)"
+            )
+        holder = by_name.get(user.account)
+        own_qos = bool(user.qos) and holder is not None and user.qos != holder.qos
+        if own_qos:  # show assoc prints the account's on a user that sets none
+            found.losses.append(
+                f"user {user.name} in {user.account}: QOS={','.join(user.qos)} is not carried over (a member "
+                "runs under its unit's QOS; the sync clears the user's own)"
+            )
+        if user.default_qos and holder is not None and user.default_qos != holder.default_qos:
+            found.losses.append(
+                f"user {user.name} in {user.account}: DefaultQOS={user.default_qos} is not carried over (a job "
+                "without --qos runs under its unit's default; the sync clears the user's own)"
             )
 
 

@@ -427,6 +427,7 @@ Parent - 'astro'
 Account - 'survey':Description='survey':Organization='uni':Fairshare=5:MaxTRESPerJob=gres/gpu:a100=2:MaxJobs=20
 Parent - 'survey'
 User - 'ann':DefaultAccount='survey':MaxJobs=3
+User - 'bea':DefaultAccount='survey':Fairshare=4:QOS='normal':DefaultQOS='normal'
 """
     cluster, accounts, users = parse_dump(dump)
     qos = [
@@ -441,9 +442,14 @@ User - 'ann':DefaultAccount='survey':MaxJobs=3
     assert "account survey: MaxTRES=gres/gpu:a100=2" in losses
     assert "account survey: MaxJobs" not in losses  # astro's, repeated on its child
     assert "user ann in survey: MaxJobs=3" in losses
+    # issue #41: a user association's own Fairshare, QOS and DefaultQOS are listed too
+    assert "user bea in survey: Fairshare=4 is not carried over" in losses
+    assert "user bea in survey: QOS=normal is not carried over" in losses
+    assert "user bea in survey: DefaultQOS=normal is not carried over" in losses
+    assert "user ann in survey: Fairshare" not in losses and "user ann in survey: QOS" not in losses
     assert "QOS guar-astro: named like Allot's, but its description 'hand-made by the admins'" in losses
     assert "QOS tier-debug: named like Allot's" in losses and "not imported as a tier" in losses
-    assert plan.units["astro"].weight == 10 and plan.units["survey"].members == ["ann"]
+    assert plan.units["astro"].weight == 10 and plan.units["survey"].members == ["ann", "bea"]
     assert plan.units["astro"].guarantee == {"a100": 3}
 
 
