@@ -25,17 +25,14 @@ are compared after the same inheritance."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..kueue.diff import FieldChange
 from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser, clear_limits, own_limits
+from .ownership import OURS, without_foreign_accounts
 from .render import clear_tres, qos_settings
-
-OURS = re.compile(r"^organisation [a-z0-9-]+$|^(department|team|project) [a-z0-9-]+(/[a-z0-9-]+)+$")
-
 
 QOS_MARK = "allot@"
 """Every QOS description Allot writes starts with this and its cluster (translate.py): how a QOS is
@@ -120,7 +117,7 @@ def plan_slurm(
     ``elsewhere``: the QOS that associations of the slurmdbd's other clusters list (never deleted).
     Returns the per-object commands in dependency order and the objects refused (not ours)."""
     cluster = desired.cluster
-    refusals: list[Problem] = []
+    desired, refusals = without_foreign_accounts(desired, {a.name for a in accounts}, descriptions)
     commands = _qos_commands(desired.qos, {q.name: q for q in qos}, refusals, cluster)
     actual_accounts = {a.name: a for a in accounts}
     desired_accounts = {a.name: a for a in desired.accounts}

@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..snapshot import UnitKind
-from .diff import OURS
 from .model import ACCOUNT_LIMITS, SlurmAccount, SlurmQos, SlurmUser, own_limits
+from .ownership import OURS
 from .parse import PARENT_SHARE
 
 _UNIT_SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")

@@ -503,6 +503,29 @@ def test_a_user_associations_own_qos_and_default_qos_are_drift_and_are_reset_to_
     assert {c.path: c.desired for c in drift.changes} == {"qos": account.qos, "defaultqos": account.default_qos}
 
 
+def test_an_account_the_slurmdbd_holds_as_a_sites_is_never_added_on_another_cluster():
+    """Issue #41: an account's Description and Organization are one slurmdbd record for every cluster.
+    A site's units imported into Allot (with members) were given accounts on every other Slurm cluster,
+    which rewrote the site's descriptions (and the site's next sync took them for Allot's) and moved
+    members' default accounts there. An account this cluster lacks whose name the slurmdbd holds with a
+    description Allot did not write is left out, with its subtree, members and QOS."""
+    snapshot, target = tree()
+    state = compile_slurm(snapshot, target)
+    assert {u.default_account for u in state.users if u.name == "alice"} == {"llm"}  # her first account
+    descriptions = {"llm": "lensing (the site's own)"}  # on another cluster of the slurmdbd
+    commands, refusals = plan_slurm(state, [], [], [], descriptions=descriptions)
+    assert [(p.kind, p.name) for p in refusals] == [("account", "llm")]
+    assert "not added on" in refusals[0].message and "one record for every cluster" in refusals[0].message
+    added = {(c.kind, c.name) for c in commands if c.action == "add"}
+    assert ("account", "nlp") in added and ("account", "llm") not in added
+    assert ("user", "alice@llm") not in added and ("qos", "guar-llm") not in added
+    alice = next(c for c in commands if (c.kind, c.name) == ("user", "alice@nlp"))
+    assert "DefaultAccount=nlp" in alice.argv  # her default is among the accounts left
+    ours = {"llm": "project acme/research/nlp/llm"}  # Allot's own record (written by another Allot cluster)
+    commands, refusals = plan_slurm(state, [], [], [], descriptions=ours)
+    assert refusals == [] and ("account", "llm") in {(c.kind, c.name) for c in commands if c.action == "add"}
+
+
 def test_limits_allot_never_sets_on_its_accounts_and_qos_are_drift_and_are_cleared():
     snapshot, target = tree()
     state = compile_slurm(snapshot, target)
