@@ -90,16 +90,15 @@ def test_preview_of_a_slurm_only_flavor_changes_no_kueue_object_but_its_slurm_qo
     preview = lead_api.post("/api/v1/preview/", body, format="json").json()
     assert preview["violations"] == [] and preview["clusters"]["k8s-west"] == []
     slurm = {(p["kind"], p["name"], p["action"]): p["changes"] for p in preview["clusters"]["slurm-lab"]}
+
+    def h100(n):  # the typed limit and the untyped backstop at the same total (issue #41)
+        return {"gres/gpu:h100": n, "gres/gpu": n}
+
+    research = slurm_residual("acme/research")
     assert slurm == {
-        ("Slurm qos", "guar-rl", "update"): [
-            {"path": "grptres", "desired": {"gres/gpu:h100": 2}, "actual": {"gres/gpu:h100": rl.guarantee}}
-        ],
+        ("Slurm qos", "guar-rl", "update"): [{"path": "grptres", "desired": h100(2), "actual": h100(rl.guarantee)}],
         ("Slurm qos", "guar-research", "update"): [
-            {
-                "path": "grptres",
-                "desired": {"gres/gpu:h100": slurm_residual("acme/research") - (2 - rl.guarantee)},
-                "actual": {"gres/gpu:h100": slurm_residual("acme/research")},
-            }
+            {"path": "grptres", "desired": h100(research - (2 - rl.guarantee)), "actual": h100(research)}
         ],
     }
 
