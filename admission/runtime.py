@@ -49,7 +49,7 @@ RETRY_SECONDS = 1.0
 class _State:
     def __init__(self) -> None:
         self.policy: AdmissionPolicy | None = None
-        self.pending: deque[dict[str, Any]] = deque(maxlen=10_000)  # decision_row()s, made models at flush
+        self.pending: deque[dict[str, Any]] = deque(maxlen=10_000)  # decision_row()s, inserted by flush()
         self.lock = threading.Lock()
         self.started = False
         self.last_error = ""
@@ -107,7 +107,7 @@ class _State:
         self._start()
 
     def record(self, row: dict[str, Any]) -> None:
-        """Buffer a decision-log row (the fields of decision_row): the model is built by flush(), off the request."""
+        """Buffer a decision-log row (decision_row's fields); flush() inserts it, off the request."""
         self.pending.append(row)
 
     def flush(self) -> int:

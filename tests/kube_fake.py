@@ -16,7 +16,7 @@ import json
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 from quotas.integrations.kubernetes import PLURALS
@@ -106,7 +106,7 @@ class FakeKueueServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
-    def __enter__(self) -> FakeKueueServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -339,3 +339,19 @@ def _same(current: dict[str, Any], new: dict[str, Any]) -> bool:
         return (o.get("spec"), o.get("value"), o.get("description"), m.get("labels"), m.get("annotations"))
 
     return bool(view(current) == view(new))
+
+
+class StallingServer(FakeKueueServer):
+    """Holds the real (not dry-run) PATCH that follows ``after`` earlier writes until ``gate`` is set;
+    ``reached`` says one got there. The process syncing meanwhile holds its locks: a test kills it."""
+
+    def __init__(self, schemas: CrdSchemas, *, after: int = 0, **options: Any) -> None:
+        super().__init__(schemas, **options)
+        self.after, self.reached, self.gate = after, threading.Event(), threading.Event()
+
+    def handle(self, method: str, raw_path: str, body: Any, auth: str | None) -> tuple[int, Any]:
+        real = method == "PATCH" and "dryRun=All" not in raw_path
+        if real and not self.reached.is_set() and len(self.writes()) == self.after:
+            self.reached.set()
+            self.gate.wait(60)
+        return super().handle(method, raw_path, body, auth)

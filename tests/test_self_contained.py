@@ -7,7 +7,10 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-OUTSIDE = re.compile(r"\.\./shared|parent\s*/\s*\"shared\"|\"shared\"\s*/\s*\"reference\"|ALLOT_SHARED_DIR")
+WORKPLACE = "shared"  # the workplace's folder beside the checkout (named once, so this guard reads nothing there)
+OUTSIDE = re.compile(
+    rf"\.\./{WORKPLACE}|parent\s*/\s*\"{WORKPLACE}\"|\"{WORKPLACE}\"\s*/\s*\"reference\"|ALLOT_{WORKPLACE.upper()}_DIR"
+)
 
 
 def test_no_tracked_file_points_outside_the_repository():
@@ -29,7 +32,8 @@ def test_no_tracked_file_points_outside_the_repository():
     assert offenders == [], f"these lines read or link outside the repository: {offenders}"
 
 
-CONTROL_PLANE = re.compile(r"ALLOT_KUBE_ASSETS|\.\./shared/kube-assets")
+KUBE_ASSETS = f"../{WORKPLACE}/kube-assets"
+CONTROL_PLANE = re.compile(rf"ALLOT_KUBE_ASSETS|{re.escape(KUBE_ASSETS)}")
 """The one exception: .ci/run points the control-plane setting at the workplace's kube-assets (its binaries
 are not the repository's to carry); nothing else in .ci/run, and nothing elsewhere, may look outside."""
 
@@ -37,7 +41,7 @@ are not the repository's to carry); nothing else in .ci/run, and nothing elsewhe
 def test_only_ci_points_the_control_plane_setting_outside_and_at_kube_assets_only():
     text = (REPO / ".ci" / "run").read_text()
     outside = [line for line in text.splitlines() if OUTSIDE.search(line)]
-    assert outside and all("../shared/kube-assets" in line for line in outside), outside
+    assert outside and all(KUBE_ASSETS in line for line in outside), outside
 
 
 def test_the_bundled_crds_are_installed_as_package_data():

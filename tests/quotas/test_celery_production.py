@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -50,18 +48,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def test_a_worker_killed_mid_sync_neither_loses_nor_doubles_it(demo, crd_schemas):
     from quotas.models import AuditEvent, SyncRun, SyncStatus
     from quotas.tasks import cluster_sync_task
-    from tests.kube_fake import FakeKueueServer
-
-    reached, gate = threading.Event(), threading.Event()
-
-    class StallingServer(FakeKueueServer):
-        """Holds the 10th real write until the test says so: the worker dies while it waits."""
-
-        def handle(self, method: str, raw_path: str, body: Any, auth: str | None) -> tuple[int, Any]:
-            if method == "PATCH" and "dryRun=All" not in raw_path and len(self.writes()) == 9:
-                reached.set()
-                gate.wait(60)
-            return super().handle(method, raw_path, body, auth)
+    from tests.kube_fake import StallingServer
 
     # the broker hands an unacknowledged task to another worker after the visibility timeout
     timing = {
@@ -69,7 +56,8 @@ def test_a_worker_killed_mid_sync_neither_loses_nor_doubles_it(demo, crd_schemas
         "ALLOT_CELERY_TIME_LIMIT": "15",
         "ALLOT_CELERY_SOFT_TIME_LIMIT": "12",
     }
-    with StallingServer(crd_schemas) as fake:
+    with StallingServer(crd_schemas, after=9) as fake:  # holds the 10th real write: the worker dies meanwhile
+        reached, gate = fake.reached, fake.gate
         demo.connection_ref = f"url:{fake.url}"
         demo.save()
         first = start_worker(f"first-{os.getpid()}@%h", **timing)

@@ -164,8 +164,10 @@ def test_two_workers_never_sync_one_cluster_at_once(fleet):
     cluster, _, _ = fleet
     from quotas.tasks import enforce_cluster
 
-    first = start_worker(f"race-a-{os.getpid()}@%h", **ENFORCING)
-    second = start_worker(f"race-b-{os.getpid()}@%h", **ENFORCING)
+    # a lease far shorter than a run: only its renewal by the live run keeps the second worker out
+    short = {**ENFORCING, "ALLOT_ENFORCE_LEASE_SECONDS": "2"}
+    first = start_worker(f"race-a-{os.getpid()}@%h", **short)
+    second = start_worker(f"race-b-{os.getpid()}@%h", **short)
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     try:
         results = [enforce_cluster.delay(cluster.pk) for _ in range(2)]  # one per worker (prefetch 1)
@@ -225,21 +227,11 @@ def test_a_worker_killed_mid_enforcement_frees_its_cluster_and_the_edits_meanwhi
 
     from quotas import services
     from quotas.tasks import enforce_cluster
-    from tests.kube_fake import FakeKueueServer
-
-    reached, gate = threading.Event(), threading.Event()
-
-    class StallingServer(FakeKueueServer):
-        """Holds the first real write of the first run until the test says so: the worker dies meanwhile."""
-
-        def handle(self, method: str, raw_path: str, body: Any, auth: str | None) -> tuple[int, Any]:
-            if method in ("PATCH", "POST", "PUT") and "dryRun=All" not in raw_path and not reached.is_set():
-                reached.set()
-                gate.wait(60)
-            return super().handle(method, raw_path, body, auth)
+    from tests.kube_fake import StallingServer
 
     cache.clear()
-    with StallingServer(crd_schemas) as fake:
+    with StallingServer(crd_schemas) as fake:  # holds the first real write: the worker dies meanwhile
+        reached, gate = fake.reached, fake.gate
         demo.connection_ref = f"url:{fake.url}"
         demo.save()
         Cluster.objects.exclude(pk=demo.pk).update(enabled=False)

@@ -667,22 +667,28 @@ def test_limits_allot_never_sets_are_drift_and_a_sites_qos_is_never_allots_by_it
         _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-rogue")
 
 
-def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset(lab):
-    """Issue #24.8: MaxJobs and Fairshare set on a member's association with sacctmgr are reported
-    field by field, then reset under `correct`."""
-    from quotas.models import DriftPolicy
-
+def _synced(lab):
     assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
         SyncStatus.APPLIED,
         SyncStatus.IN_SYNC,
     )
-    _sh("sacctmgr", "-i", "modify", "user", "where", "name=alice", "account=nlp", "cluster=lab", "set", "MaxJobs=3",
-        "Fairshare=9", check=True)  # fmt: skip
+
+
+def _alices_drift(lab, *settings):
+    """Set ``settings`` on alice's association in nlp by hand, and check only it drifted; returns its
+    changes by field."""
+    _sh("sacctmgr", "-i", "modify", "user", "where", "name=alice", "account=nlp", "cluster=lab", "set", *settings,
+        check=True)  # fmt: skip
     report = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
     drifted = {o.name: o for o in SyncObject.objects.filter(run=report, outcome=SyncOutcome.DRIFT)}
     assert report.status == SyncStatus.DRIFT and set(drifted) == {"alice@nlp"}, report.message
-    changes = {c["path"]: c for c in drifted["alice@nlp"].changes}
-    assert changes["fairshare"]["actual"] == 9 and changes["limits"]["actual"] == {"maxjobs": "3"}
+    return {c["path"]: c for c in drifted["alice@nlp"].changes}
+
+
+def _alice_corrected(lab):
+    """Under the `correct` drift policy a drift check resets what drifted; alice's association as read after."""
+    from quotas.models import DriftPolicy
+
     services.cluster_set(
         actor=lab.admin, reason="t", name=lab.slurm.name, kind=ClusterKind.SLURM,
         connection_ref=lab.slurm.connection_ref, drift_policy=DriftPolicy.CORRECT,
@@ -691,7 +697,16 @@ def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset(la
     corrected = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
     assert corrected.status == SyncStatus.APPLIED, corrected.message
     _, users, _, _ = Sacctmgr().read("lab")
-    alice = next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
+    return next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
+
+
+def test_a_user_associations_own_limits_and_fairshare_are_drift_and_are_reset(lab):
+    """Issue #24.8: MaxJobs and Fairshare set on a member's association with sacctmgr are reported
+    field by field, then reset under `correct`."""
+    _synced(lab)
+    changes = _alices_drift(lab, "MaxJobs=3", "Fairshare=9")
+    assert changes["fairshare"]["actual"] == 9 and changes["limits"]["actual"] == {"maxjobs": "3"}
+    alice = _alice_corrected(lab)
     assert (alice.fairshare, alice.limits) == (1, {})
     assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check").status == SyncStatus.IN_SYNC
 
@@ -700,32 +715,14 @@ def test_a_user_associations_own_qos_and_default_qos_are_drift_and_are_reset(lab
     """Issue #41: after `set QOS+=normal DefaultQOS=normal` on a member's association, her jobs without
     --qos ran under normal (outside every Allot limit) and no sync saw it. Reported field by field, then
     reset to the account's under `correct`; a sync after it writes nothing."""
-    from quotas.models import DriftPolicy
-
-    assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm).status in (
-        SyncStatus.APPLIED,
-        SyncStatus.IN_SYNC,
-    )
+    _synced(lab)
     accounts, users, _, _ = Sacctmgr().read("lab")
     nlp = next(a for a in accounts if a.name == "nlp")
     alice = next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
     assert (alice.qos, alice.default_qos) == (nlp.qos, nlp.default_qos)  # inherited, as show assoc prints it
-    _sh("sacctmgr", "-i", "modify", "user", "where", "name=alice", "account=nlp", "cluster=lab", "set", "QOS+=normal",
-        "DefaultQOS=normal", check=True)  # fmt: skip
-    report = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
-    drifted = {o.name: o for o in SyncObject.objects.filter(run=report, outcome=SyncOutcome.DRIFT)}
-    assert report.status == SyncStatus.DRIFT and set(drifted) == {"alice@nlp"}, report.message
-    changes = {c["path"]: c for c in drifted["alice@nlp"].changes}
+    changes = _alices_drift(lab, "QOS+=normal", "DefaultQOS=normal")
     assert "normal" in changes["qos"]["actual"] and changes["defaultqos"]["actual"] == "normal"
-    services.cluster_set(
-        actor=lab.admin, reason="t", name=lab.slurm.name, kind=ClusterKind.SLURM,
-        connection_ref=lab.slurm.connection_ref, drift_policy=DriftPolicy.CORRECT,
-    )  # fmt: skip
-    lab.slurm.refresh_from_db()
-    corrected = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check")
-    assert corrected.status == SyncStatus.APPLIED, corrected.message
-    _, users, _, _ = Sacctmgr().read("lab")
-    alice = next(u for u in users if (u.name, u.account) == ("alice", "nlp"))
+    alice = _alice_corrected(lab)
     assert (alice.qos, alice.default_qos) == (nlp.qos, nlp.default_qos)
     assert cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm, mode="drift_check").status == SyncStatus.IN_SYNC
 
