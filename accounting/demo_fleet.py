@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from accounting.models import MemoryHour, UsageHour
+from accounting.services.usage_version import usage_changed
 from quotas import services
 from quotas.demo import demo_user
 from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
@@ -124,6 +125,7 @@ def _month(flavors: dict[str, ResourceFlavor], teams: dict[str, OrgUnit]) -> Non
                         )
                     )  # fmt: skip
     UsageHour.objects.bulk_create(usage, batch_size=5000)
+    usage_changed()
     MemoryHour.objects.bulk_create(memory, batch_size=5000)
 
 

@@ -91,12 +91,14 @@ def main() -> None:
     from accounting.policy.findings import Thresholds
     from accounting.selectors.showback import showback_period, showback_report
     from accounting.services.findings import findings_detect
+    from accounting.services.usage_version import usage_changed
 
     organisation()
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(FILL, {"start": MONTH, "end": END})
         cursor.execute("ANALYZE accounting_usagehour")
+    usage_changed()  # usage written outside Allot's services: what is cached from the old rows is not served
     hours = UsageHour.objects.count()
     filled = time.perf_counter() - started
     print(f"{hours:,} unit-flavor-hours for {UNITS} teams × {len(TYPES)} GPU types in {filled:.1f} s")

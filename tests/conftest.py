@@ -85,6 +85,19 @@ def _fast_password_hashing():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache, as its database starts empty: what one test cached (a
+    plan under a usage version) is never served to another that wrote the same tree."""
+    from django.conf import settings
+
+    if settings.configured:
+        from django.core.cache import cache
+
+        cache.clear()
+    yield
+
+
 @pytest.fixture
 def admin_user(db):
     from tests.factories import AdminFactory

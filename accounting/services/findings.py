@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -33,6 +33,9 @@ from accounting.services.fragmentation import fragmentation_found
 from accounting.services.kueue_metrics import kueue_crosscheck_found
 from accounting.services.mismatch import mismatch_found
 from quotas.models import OrgUnit, ResourceFlavor
+
+if TYPE_CHECKING:
+    from accounting.services.plan import PlanReport
 
 
 def thresholds() -> Thresholds:
@@ -114,12 +117,16 @@ def _with_plan(found: list[Found], start: datetime, end: datetime) -> list[Found
     keys = {f.pk: f"{f.cluster.name}/{f.name}" for f in ResourceFlavor.objects.select_related("cluster")}
     roots = dict(OrgUnit.objects.filter(pk__in={x.unit for x in found if x.unit}).values_list("id", "path"))
     label = f"{start:%Y-%m-%d %H:00} – {end:%Y-%m-%d %H:00}"
+    plans: dict[str, PlanReport] = {}  # one plan per organisation per run, however many findings it has
     out = []
     for item in found:
         if item.unit is None or item.flavor is None or item.unit not in roots:
             out.append(item)
             continue
-        report = plan_for(roots[item.unit].split("/", 1)[0], start, end, label)
+        root = roots[item.unit].split("/", 1)[0]
+        if root not in plans:
+            plans[root] = plan_for(root, start, end, label)
+        report = plans[root]
         verdict = report.verdict(item.unit, keys[item.flavor])
         if verdict["item"] is None:
             text = f"The plan for {label} keeps this quota: {verdict['reason']}."

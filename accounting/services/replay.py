@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounting.models import SourceKind, SourceRun, SourceStatus
 from accounting.policy.replay import parse_replay
 from accounting.policy.sacct import LineProblem
+from accounting.services.usage_version import usage_changed
 from quotas.models import Cluster, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import Resource
 
@@ -136,6 +137,7 @@ UPSERT = (
 def _flush(batch: list[tuple[Any, ...]]) -> None:
     if not batch:
         return
+    usage_changed()
     if connection.vendor == "sqlite":  # the driver's own executemany: Django's wrapper doubled the time
         connection.ensure_connection()
         connection.connection.cursor().executemany(UPSERT.replace("%s", "?"), batch)

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from accounting import partitions
 from accounting.models import SourceKind, SourceRun, SourceStatus, UsageHour
+from accounting.services.usage_version import usage_changed
 
 COLUMNS = (
     "unit_id, flavor_id, hour, minutes, guarantee, allocated, within, borrowed, lent, pending, "
@@ -197,6 +198,7 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
     by side (each a share of the units) into a table no reader sees until the swap."""
     now = now or timezone.now()
     start = start.replace(minute=0, second=0, microsecond=0)
+    usage_changed()
     if connection.vendor != "postgresql":
         with transaction.atomic():
             UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
@@ -224,6 +226,7 @@ def usage_rollup(*, start: datetime, end: datetime, now: datetime | None = None)
                 raise
         finally:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [ROLLUP_LOCK])
+    usage_changed()
     return UsageHour.objects.filter(hour__gte=start, hour__lt=end).count()
 
 

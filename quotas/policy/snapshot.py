@@ -141,6 +141,18 @@ class OrgSnapshot:
         return {parent: tuple(sorted(ids)) for parent, ids in found.items()}
 
     @cached_property
+    def children_guarantee(self) -> Mapping[QuotaKey, int]:
+        """Per (parent id, flavor, resource): the sum of its children's guarantees (what the
+        children-sum invariant compares with the parent's own, without walking the children)."""
+        sums: dict[QuotaKey, int] = {}
+        for (unit_id, flavor, resource), quota in self.quotas.items():
+            unit = self.units.get(unit_id)
+            if unit is not None and unit.parent_id is not None:
+                key = (unit.parent_id, flavor, resource)
+                sums[key] = sums.get(key, 0) + quota.guarantee
+        return sums
+
+    @cached_property
     def quota_keys_by_unit(self) -> Mapping[int, tuple[QuotaKey, ...]]:
         found: dict[int, list[QuotaKey]] = {}
         for key in self.quotas:
