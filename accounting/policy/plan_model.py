@@ -60,6 +60,10 @@ class Evidence:
     p95_need: int
     hours: float
     """Hours with telemetry."""
+    p50_held: int = 0
+    """The median of devices held (hours with telemetry)."""
+    idle_share: float = 0.0
+    """Of the guarantee-hours in force (hours with telemetry), the share nothing of the unit's held."""
 
 
 def need_curve(need: np.ndarray, hours_per_step: float) -> tuple[float, ...]:
@@ -86,6 +90,9 @@ def evidence(d: FlavorDemand) -> list[Evidence]:
         if not mask.any():
             continue
         mine = need[i][mask]
+        held = d.held[i][mask]
+        ref = d.observed.get(unit, Terms(0)).guarantee
+        idle = float(np.clip(ref - held, 0, None).sum() / (ref * held.size)) if ref and held.size else 0.0
         out.append(
             Evidence(
                 unit,
@@ -95,6 +102,8 @@ def evidence(d: FlavorDemand) -> list[Evidence]:
                 math.ceil(float(np.percentile(d.held[i][mask], 95)) - 1e-9),
                 math.ceil(float(np.percentile(mine, 95)) - 1e-9),
                 float(mask.sum()) * hours,
+                math.ceil(float(np.percentile(held, 50)) - 1e-9),
+                idle,
             )
         )
     return out

@@ -148,10 +148,30 @@ def _plan_group(
                 why += f"; {ref - g} is as far as a guarantee moves in one cycle"
             values[(e.unit, flavor)] = (idle, why)
         elif g == floors[e.unit] and e.p95_held >= ref:
-            held = f"95 % of hours it held {e.p95_held} or fewer of {ref}: no idle part to give"
-            values[(e.unit, flavor)] = (0.0, held)
+            values[(e.unit, flavor)] = (0.0, _capped(e, ref, lends_idle.get(flavor) is not False, now.lendable))
         else:
-            values[(e.unit, flavor)] = (0.0, f"95 % of hours needed {e.p95_need} or fewer of {ref}")
+            use = f"it held a median of {e.p50_held} of its {ref}, {_pct(e.idle_share)} of its guarantee-hours idle"
+            values[(e.unit, flavor)] = (0.0, f"{use}; 95 % of hours it needed {e.p95_need} or fewer")
+
+
+def _pct(share: float) -> str:
+    """One rounding for every share the plan states: whole percent."""
+    return f"{round(100 * share)} %"
+
+
+def _capped(e: Evidence, ref: int, lends_idle: bool, lendable: int) -> str:
+    """Why the plan keeps a guarantee the unit held whole at its busiest, however idle it was otherwise:
+    the figures of its use, the rule, and who uses the idle part meanwhile."""
+    use = (
+        f"it held a median of {e.p50_held} of its {ref} ({_pct(e.idle_share)} of its guarantee-hours idle over "
+        f"{e.hours:,.0f} hours with telemetry), but all {ref} in more than 5 % of hours"
+    )
+    meanwhile = (
+        "others borrow what is idle meanwhile (this cluster lends every idle guarantee)"
+        if lends_idle
+        else f"others may borrow only its lendable {lendable} of it meanwhile"
+    )
+    return f"{use}: the plan shrinks a guarantee no lower than what the unit held in 95 % of hours; {meanwhile}"
 
 
 def _children_sum(snapshot: OrgSnapshot, unit: int, flavor: str) -> int:

@@ -116,6 +116,24 @@ def test_the_plan_moves_idle_guarantee_to_the_queue_and_passes_as_one_change():
     assert totals(what_if).queued_h < totals(simulate(d, {})).queued_h
 
 
+@pytest.mark.parametrize("lends_idle", [True, False])
+def test_a_team_capped_at_its_quota_is_kept_with_its_figures_and_the_rule(lends_idle):
+    """Issue #43: "95 % of hours it held 16 or fewer of 16" was true of every team capped at its quota,
+    however idle; the reason now gives its median, its idle share and why the rule keeps it."""
+    snap, (capped, other) = tree([16, 16])
+    steps = 100
+    held = [[16] * 10 + [4] * 90, [16] * steps]  # busy a tenth of the time, else 4 of 16
+    d = demand([capped, other], held, [[0] * steps] * 2, {capped: Terms(16), other: Terms(16)})
+    plan = make_plan(snap, evidence(d), lends_idle={F: lends_idle}, settings=Settings())
+    assert all(i.unit != capped for i in plan.items)  # kept
+    reason = plan.kept[(capped, F)]
+    idle = round(100 * (90 * 12) / (16 * steps))  # 12 of 16 idle in 90 of 100 hours: 68 %
+    assert f"a median of 4 of its 16 ({idle} % of its guarantee-hours idle over 100 hours" in reason
+    assert "all 16 in more than 5 % of hours" in reason and "no lower than what the unit held in 95 %" in reason
+    assert ("lends every idle guarantee" in reason) is lends_idle
+    assert ("only its lendable 0" in reason) is not lends_idle
+
+
 def test_demand_above_what_the_parent_holds_is_named_not_proposed():
     snap, (a, b) = tree([8, 8])
     d = demand([a, b], [[8] * 10, [8] * 10], [[8] * 10, [8] * 10], {a: Terms(8), b: Terms(8)})
