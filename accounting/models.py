@@ -284,21 +284,26 @@ class Finding(models.Model):
 class Review(models.Model):
     """A monthly governance review of an organisation or department: its files (name → SHA-256; the
     bytes are ``ReviewFile`` rows), the summary and the recommendations (each with the change request
-    it became, once accepted). One per unit and month: a rebuild replaces it."""
+    it became, once accepted). A record: built again, it becomes a new version beside the earlier ones,
+    with what differs from the one before; none is ever replaced."""
 
     unit = models.ForeignKey(OrgUnit, on_delete=models.PROTECT, related_name="reviews")
     month = models.CharField(max_length=7, help_text="YYYY-MM (UTC)")
+    version = models.PositiveIntegerField(default=1, help_text="1 for the first build of the month, then 2, 3, …")
     generated_at = models.DateTimeField()
     files = models.JSONField(default=dict)
     summary = models.JSONField(default=dict)
     recommendations = models.JSONField(default=list)
+    differs = models.JSONField(
+        default=dict, blank=True, help_text="What differs from the version before: files, summary figures."
+    )
 
     class Meta:
-        ordering = ["-month", "unit__path"]
-        constraints = [models.UniqueConstraint(fields=["unit", "month"], name="review_once_per_month")]
+        ordering = ["-month", "unit__path", "-version"]
+        constraints = [models.UniqueConstraint(fields=["unit", "month", "version"], name="review_version_once")]
 
     def __str__(self) -> str:
-        return f"{self.unit_id} {self.month}"
+        return f"{self.unit_id} {self.month} v{self.version}"
 
 
 class ReviewFile(models.Model):

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from accounting.selectors.showback import showback_period
 from accounting.services.plan import backtest_what_if, governance_plan, plan_accept
+from accounting.services.plan_records import in_force
 from quotas.access import may_read_costs
 from quotas.models import OrgUnit
 from quotas.policy.quantity import Resource
@@ -77,7 +78,12 @@ PLAN = inline_serializer(
         "unit_path": serializers.CharField(),
         "month": serializers.CharField(),
         "settings": serializers.DictField(),
-        "items": serializers.ListField(child=serializers.DictField(), help_text="Ranked by value per device."),
+        "items": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="Ranked by value per device. A closed month's plan is computed on the terms in force at its "
+            "end and never changes; each item says whether it is in_force today and, if so, when, by whom and "
+            "under which change request it was applied (applied).",
+        ),
         "unmet": serializers.ListField(child=serializers.DictField(), help_text="Demand no parent could give."),
         "dropped": serializers.ListField(child=serializers.CharField()),
         "backtest": serializers.DictField(help_text="totals, reproduce_err_pct, units (today and plan)."),
@@ -98,7 +104,11 @@ def plan_view(request: Request) -> Response:
     query = PlanQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     unit = _unit(query.validated_data["unit"], request.user)
-    return Response(governance_plan(unit, query.validated_data["month"]).as_dict())
+    report = governance_plan(unit, query.validated_data["month"])
+    found, facts = report.as_dict(), in_force(report.items())
+    for item in found["items"]:
+        item["in_force"], item["applied"] = facts[item["index"]] is not None, facts[item["index"]]
+    return Response(found)
 
 
 @extend_schema(

@@ -23,7 +23,10 @@ class ReviewOut(serializers.ModelSerializer):
 
     class Meta:
         model = Review
-        fields = ["id", "unit_path", "month", "generated_at", "summary", "recommendations", "files", "downloads"]
+        fields = [
+            "id", "unit_path", "month", "version", "generated_at", "differs", "summary", "recommendations", "files",
+            "downloads",
+        ]  # fmt: skip
 
     def get_downloads(self, review: Review) -> list[str]:
         return [f"/reviews/{review.pk}/files/{name}" for name in sorted(review.files)]

@@ -121,15 +121,15 @@ def detect_findings() -> dict[str, object]:
 
 @shared_task(name="accounting.tasks.build_reviews")
 def build_reviews(month: str = "") -> list[int]:
-    """From beat, on the 1st: last month's review of every organisation and department (a rerun
-    replaces each one; never a duplicate)."""
-    from accounting.services.review import last_month, review_generate
+    """From beat, on the 1st: last month's review of every organisation and department, built once (a
+    rerun or a redelivered task returns the reviews built already; never a second version)."""
+    from accounting.services.review import last_month, review_once
     from quotas.models import OrgUnit
 
     month = month or last_month()
     built = []
     for unit in OrgUnit.objects.filter(depth__lte=1, archived_at__isnull=True).order_by("path"):
-        built.append(review_generate(unit=unit, month=month).pk)
+        built.append(review_once(unit=unit, month=month).pk)
     return built
 
 

@@ -241,19 +241,31 @@ def review_page(request: HttpRequest, review_id: int) -> HttpResponse:
             messages.success(request, f"Change request #{change.pk} sent for approval.")
             return redirect("quotas:request", request_id=change.pk)
     files = [(name, digest) for name, digest in sorted(review.files.items())]
-    return render(request, "accounting/review.html", {"review": review, "files": files, **_plan_picture(review)})
+    versions = Review.objects.filter(unit=review.unit, month=review.month).order_by("version")
+    return render(
+        request,
+        "accounting/review.html",
+        {"review": review, "files": files, "versions": list(versions.values("pk", "version", "generated_at")),
+         **_plan_picture(review)},
+    )  # fmt: skip
 
 
 def _plan_picture(review: Review) -> dict[str, Any]:
-    """The plan's before/after bars for the review page (the plan as it stands now: a change since the
-    review was built shows here first)."""
+    """The plan's before/after bars for the review page (a closed month's plan is a record of the month:
+    the terms in force at its end), and each recommendation with the fact of its plan item's application
+    where it is in force today (when, by whom, which change request): those are not offered again."""
     from accounting.charts import comparison_rows
     from accounting.services.plan import governance_plan
+    from accounting.services.plan_records import in_force
 
     try:
         report = governance_plan(review.unit, review.month)
     except ValueError:
-        return {"plan_rows": []}
+        return {"plan_rows": [], "recs": review.recommendations}
+    facts = in_force(report.items())
+    recs = [{**r, "applied": facts.get(r["plan_item"]) if r.get("plan_item") is not None else None}
+            for r in review.recommendations]  # fmt: skip
+    open_items = [n for n, fact in facts.items() if fact is None]
     units = [
         u
         for u in report.as_dict()["backtest"]["units"]
@@ -261,7 +273,10 @@ def _plan_picture(review: Review) -> dict[str, Any]:
     ]
     for u in units:
         u["changed"] = u["item"] is not None
-    return {"plan_rows": comparison_rows(units, after="plan"), "plan_now": report.totals()}
+    return {
+        "plan_rows": comparison_rows(units, after="plan"), "plan_now": report.totals(), "recs": recs,
+        "plan_open": bool(open_items), "plan_applied": sum(1 for fact in facts.values() if fact is not None),
+    }  # fmt: skip
 
 
 @login_required

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from accounting.models import UsageHour
 from accounting.services.budgets import budget_views
+from quotas.history import quota_terms_as_of
 from quotas.models import Budget, BudgetSpend, OrgUnit, Quota
 from quotas.policy import budgets as bud
 from quotas.selectors import subtree
@@ -116,7 +117,7 @@ def budget_month(unit: OrgUnit, start: datetime, end: datetime, *, now: datetime
 def _replay(unit: OrgUnit, start: datetime, end: datetime) -> list[dict[str, Any]]:
     hours = (end - start).total_seconds() / 3600
     quotas = list(
-        Quota.objects.filter(subtree("unit__path", unit.path), resource=GPU, guarantee__gt=0)
+        Quota.objects.filter(subtree("unit__path", unit.path), resource=GPU)
         .filter(unit__archived_at__isnull=True)
         .select_related("unit", "flavor__cluster")
     )
@@ -125,7 +126,10 @@ def _replay(unit: OrgUnit, start: datetime, end: datetime) -> list[dict[str, Any
         .values_list("flavor_id", flat=True)
         .distinct()
     )
-    quotas = [q for q in quotas if q.flavor_id in used]
+    then = quota_terms_as_of(end, {q.pk: (q.guarantee, q.burst, q.lendable) for q in quotas})
+    for q in quotas:  # the month's guarantees, not today's (a later approval never rewrites the month)
+        q.guarantee = then[q.pk][0]
+    quotas = [q for q in quotas if q.flavor_id in used and q.guarantee > 0]
     if not quotas:
         return []
     daily = _daily(start, end, used, {(q.unit_id, q.flavor_id) for q in quotas})

@@ -24,6 +24,7 @@ import numpy as np
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Max
+from django.utils import timezone
 
 from accounting.models import UsageHour, UsageSample
 from accounting.policy.backtest import (
@@ -40,7 +41,9 @@ from accounting.policy.plan_model import Item, Plan, Settings, Unmet, evidence
 from accounting.policy.planner import make_plan
 from accounting.selectors.demand_series import demand_rows
 from accounting.selectors.showback import showback_period
+from accounting.services.plan_records import in_force
 from accounting.services.usage_version import usage_version
+from quotas.history import org_snapshot_as_of
 from quotas.models import OrgUnit
 from quotas.policy.capacity import reclaimable
 from quotas.policy.contracts import worst_case_reclaim_s
@@ -274,14 +277,22 @@ def governance_plan(unit: OrgUnit, month: str) -> PlanReport:
     per organisation, so a department's review, a team's finding and the API give one verdict.
     ValueError on a bad month."""
     period = showback_period(month)
-    return plan_for(unit.path.split("/", 1)[0], period.start, period.end, month).seen(unit.path)
+    root = unit.path.split("/", 1)[0]
+    return plan_for(root, period.start, period.end, month, as_of=_closed(period.end)).seen(unit.path)
 
 
-def plan_for(path: str, start: datetime, end: datetime, label: str) -> PlanReport:
+def _closed(end: datetime) -> datetime | None:
+    """A period that has ended is planned on the terms in force at its end (``quotas.history``): a
+    change approved later never rewrites its plan or backtest. An open period: today's terms."""
+    return end if end <= timezone.now() else None
+
+
+def plan_for(path: str, start: datetime, end: datetime, label: str, *, as_of: datetime | None = None) -> PlanReport:
     """The plan and backtest of the organisation at ``path`` from the demand of [start, end): every
-    flavor's units in one replay (borrowing crosses departments). Cached in the shared cache until
-    policy or usage changes (any process reads what another computed)."""
-    snapshot = org_snapshot()
+    flavor's units in one replay (borrowing crosses departments), on the quotas in force at ``as_of``
+    (default: today's). Cached in the shared cache until policy or usage changes (any process reads
+    what another computed)."""
+    snapshot = org_snapshot_as_of(as_of)
     key = _cache_key(snapshot, path, start, end)
     found = cache.get(key)
     if isinstance(found, PlanReport):
@@ -320,7 +331,7 @@ def backtest_what_if(
     as it was then) beside the month as it ran, for the units of ``unit``'s subtree on the flavors the
     changes name: per unit and in total, and the violations the changes would cause as one change."""
     period = showback_period(month)
-    snapshot = org_snapshot()
+    snapshot = org_snapshot_as_of(_closed(period.end))
     edits = {(u, f, GPU): q for (u, f), q in changes.items()}
     violations = check_plan(snapshot, edits)
     flavors = {f for _, f in changes}
@@ -361,20 +372,23 @@ def plan_accept(*, actor: Any, unit: OrgUnit, month: str, items: Sequence[int] |
 
     report = governance_plan(unit, month)
     plan = report.plan
-    mine = [n for n, _ in report.items()]
+    snapshot = org_snapshot()  # what the change request changes: today's quotas
+    held = {n for n, fact in in_force(report.items(), snapshot).items() if fact is not None}
+    mine = [n for n, _ in report.items() if n not in held]
     if not mine:
-        raise InputError("items", f"the plan for {month} changes nothing in {unit.path}", "nothing to request")
+        said = "every item of it is in force already" if held else "it changes nothing there"
+        raise InputError("items", f"the plan for {month} in {unit.path}: {said}", "nothing to request")
     chosen = mine if items is None else sorted(set(items))
     wrong = [i for i in chosen if i not in mine]
     if wrong or not chosen:
+        applied = f" (items {', '.join(map(str, sorted(held)))} are in force already)" if held else ""
         raise InputError(
             "items",
-            f"the plan's items in {unit.path} are {', '.join(map(str, mine))}; got {wrong or 'none'}",
+            f"the plan's open items in {unit.path} are {', '.join(map(str, mine))}{applied}; got {wrong or 'none'}",
             "pick items it lists",
         )
-    snapshot = org_snapshot()
     if check_plan(snapshot, plan.edits(chosen)):
-        missing = sorted({n for i in chosen for n in plan.items[i].needs} - set(chosen))
+        missing = sorted({n for i in chosen for n in plan.items[i].needs} - set(chosen) - held)
         raise InputError(
             "items",
             f"items {', '.join(map(str, chosen))} do not pass the invariants as one change",

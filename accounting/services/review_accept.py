@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
-from quotas.models import OrgUnit
+from quotas.models import OrgUnit, Quota
 
 
 def _may_accept(actor: Any, unit: Any, rec: dict[str, Any]) -> None:
@@ -43,6 +43,13 @@ def review_accept(*, actor: Any, review: Any, index: int, reason: str = "") -> A
     if not action:
         raise InputError(
             "index", f"{rec['unit_path']} {rec['flavor']}: the review says {rec['verdict']}", "nothing to request"
+        )
+    today = Quota.objects.filter(unit_id=action["unit"], flavor_id=action["flavor"], resource="nvidia.com/gpu").first()
+    if today and (today.guarantee, today.burst, today.lendable) == tuple(
+        action[k] for k in ("guarantee", "burst", "lendable")
+    ):
+        raise InputError(
+            "index", f"{rec['unit_path']} {rec['flavor']}: its quota is in force already", "nothing to request"
         )
     if rec.get("needs"):
         raise InputError(

@@ -47,7 +47,9 @@ from accounting.selectors.showback import showback_period, showback_report, unit
 from accounting.services.budget_reports import budget_month
 from accounting.services.plan import governance_plan
 from accounting.services.review_plan import fleet_cost, gap_days, plan_summary, recommendation_row
+from quotas.history import quotas_as_of
 from quotas.models import AuditEvent, OrgUnit
+from quotas.policy.snapshot import Quota
 from quotas.selectors import subtree
 
 GPU = "nvidia.com/gpu"
@@ -156,7 +158,9 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
     hours_in_month = int((end - start).total_seconds() // 3600)
     rows = UsageHour.objects.filter(subtree("unit__path", unit.path), hour__gte=start, hour__lt=end)
     usage = unit_flavor_usage(rows)
-    totals, units, flavors, quotas = usage.totals, usage.units, usage.flavors, usage.quotas
+    totals, units, flavors = usage.totals, usage.units, usage.flavors
+    then = quotas_as_of(end)  # the month's terms, not today's: approving a change later never rewrites it
+    quotas = {(u, f): Quota(*then[(u, f, GPU)]) for u, f in totals if (u, f, GPU) in then}
     show = {
         (line["unit_path"], line["flavor_key"]): line
         for line in showback_report(showback_period(month), within=unit.path, rollup=False)["lines"]

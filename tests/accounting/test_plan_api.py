@@ -5,6 +5,9 @@ make room for them, demand no parent can give named, and the what-if endpoint.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from unittest import mock
+
 import pytest
 
 from accounting.services.plan import governance_plan
@@ -18,19 +21,25 @@ pytestmark = pytest.mark.django_db
 GPU = "nvidia.com/gpu"
 
 
-def gpus(org, unit, guarantee, burst=None, lendable=None):
+def gpus(org, unit, guarantee, burst=None, lendable=None, *, at=None):
+    """Set a GPU quota through the service, as if on ``at`` (a past month's plan reads the terms in
+    force at its end: a change made after it is not part of it)."""
     change = services.QuotaChange(unit.pk, org.flavor.pk, Resource.GPU, guarantee, burst, lendable)
-    services.quota_set_bulk(actor=org.admin, reason="test", changes=[change])
+    with mock.patch("django.utils.timezone.now", return_value=at or datetime.now(tz=UTC)):
+        services.quota_set_bulk(actor=org.admin, reason="test", changes=[change])
+
+
+BEFORE_NOVEMBER = datetime(2026, 10, 31, 12, tzinfo=UTC)
 
 
 @pytest.fixture
 def full(org, month):  # noqa: F811
-    """research (60) is all given out: nlp 40 (1 held), vision 20 (25 held, 2 queued)."""
-    gpus(org, org.nlp, 40)
+    """research (60) is all given out since October: nlp 40 (1 held), vision 20 (25 held, 2 queued)."""
+    gpus(org, org.nlp, 40, at=BEFORE_NOVEMBER)
     return month
 
 
-def test_the_whole_plan_is_one_change_request_and_planning_again_proposes_nothing(org, full, admin_client):
+def test_the_whole_plan_is_one_change_request_and_the_month_keeps_its_plan_once_applied(org, full, admin_client):
     plan = admin_client.get("/api/v1/plans/", {"unit": "acme", "month": full}).json()
     items = {i["unit_path"]: i for i in plan["items"]}
     assert items["acme/research/nlp"]["guarantee"] == [40, 20]  # down to what its project llm holds
@@ -56,11 +65,20 @@ def test_the_whole_plan_is_one_change_request_and_planning_again_proposes_nothin
     services.change_request_approve(actor=org.admin, request=request, comment="as planned")
     quota = {q.unit.path: q.guarantee for q in Quota.objects.filter(resource=GPU).select_related("unit")}
     assert (quota["acme/research/nlp"], quota["acme/research/vision"]) == (20, 27)
-    assert admin_client.get("/api/v1/plans/", {"unit": "acme", "month": full}).json()["items"] == []
+    # November's plan is a record of November (issue #43): the same items, now in force and said so,
+    # and not offered again
+    again = admin_client.get("/api/v1/plans/", {"unit": "acme", "month": full}).json()
+    assert [(i["unit_path"], i["guarantee"]) for i in again["items"]] == [
+        (i["unit_path"], i["guarantee"]) for i in plan["items"]
+    ]
+    assert all(i["in_force"] for i in again["items"]) and not any(i["in_force"] for i in plan["items"])
+    twice = admin_client.post("/api/v1/plans/accept/", {"unit": "acme", "month": full}, content_type="application/json")
+    assert twice.status_code == 400 and "in force already" in str(twice.json())
+    assert ChangeRequest.objects.count() == 1
 
 
 def test_demand_the_parent_cannot_give_is_named_with_what_would_have_to_give(org, month, admin_client):  # noqa: F811
-    gpus(org, org.research, 70)  # acme (100) now gives research 70 and ops 30: nothing left for ops to grow
+    gpus(org, org.research, 70, at=BEFORE_NOVEMBER)  # acme (100) gives research 70 and ops 30: no room for ops
     plan = governance_plan(org.acme, month)
     assert all(i.unit != org.ops.pk or i.after.guarantee == 30 for i in plan.plan.items)
     (unmet,) = [u for u in plan.plan.unmet if u.parent == "acme"]

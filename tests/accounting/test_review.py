@@ -1,5 +1,5 @@
 """The monthly governance review: the tables and their stable columns, every format read back with a
-reader (csv, openpyxl, pdftotext), stored with checksums (a rebuild replaces), the command, beat's task,
+reader (csv, openpyxl, pdftotext), stored with checksums (a rebuild is a new version), the command, beat's task,
 the API with progress, the pages, and recommendations accepted as change requests."""
 
 from __future__ import annotations
@@ -125,8 +125,9 @@ def test_every_format_reads_back_and_is_stored_with_checksums(org, month, tmp_pa
     )
     assert f"Governance review — acme, {month}" in text and "guarantee 30 → 40" in text and "page 2 of" in text
     assert [m.to for m in mail.outbox] == [["ceo@example.org"]]
-    again = review_generate(unit=org.acme, month=month)
-    assert again.pk == review.pk and Review.objects.count() == 1  # a rebuild replaces, never duplicates
+    again = review_generate(unit=org.acme, month=month)  # a rebuild is a new version beside the first
+    assert (again.version, Review.objects.count()) == (2, 2) and again.differs["same_figures"]
+    assert {f.name: bytes(f.content) for f in Review.objects.get(pk=review.pk).stored_files.all()} == stored
 
 
 def test_the_command_writes_what_it_is_asked_for_and_names_bad_arguments(org, month, tmp_path):
