@@ -45,7 +45,8 @@ TEAMS: dict[str, dict[str, tuple[int, int, float]]] = {
 ACTIVE = 0.72
 """Of the A100-80GB devices held, the share DCGM saw active (Table 9: 72 %); the other pools: 0.9."""
 WAITING = {"llm": 24.0, "research": 16.0, "vision": 16.0, "speech": 8.0}
-"""Devices of A100-80GB work queued every hour (64: "over 50 pending jobs")."""
+"""Devices of A100-80GB work queued every hour (64: "over 50 pending jobs"), as gangs of 8 GPUs per node
+(llm's 24 is one 3 × 8 gang): what the pool's fragmentation samples say waits."""
 
 
 def load_fleet_demo() -> bool:
@@ -55,6 +56,7 @@ def load_fleet_demo() -> bool:
     with transaction.atomic():
         flavors, teams = _tree()
         _month(flavors, teams)
+        _nodes(flavors)
     return True
 
 
@@ -127,6 +129,48 @@ def _month(flavors: dict[str, ResourceFlavor], teams: dict[str, OrgUnit]) -> Non
     UsageHour.objects.bulk_create(usage, batch_size=5000)
     usage_changed()
     MemoryHour.objects.bulk_create(memory, batch_size=5000)
+
+
+def _nodes(flavors: dict[str, ResourceFlavor]) -> None:
+    """Every hour, each pool's nodes as the month's workloads fill them (8-GPU workloads packed node by
+    node, Table 8's node counts) and the gangs that wait, through the fragmentation index
+    (accounting.policy.fragmentation): the sample the pool table and the fragmentation finding read."""
+    from accounting.models import FragmentationSample
+    from accounting.policy.fragmentation import NodeGpus, PendingShape, fragmentation
+
+    samples = []
+    for name, _, _, _, gpus, count in POOLS:
+        per_node = gpus // count
+        sizes = sorted(
+            (s for pools in TEAMS.values() if name in pools
+             for s in [8] * (pools[name][1] // 8) + ([pools[name][1] % 8] if pools[name][1] % 8 else [])),
+            reverse=True,
+        )  # fmt: skip
+        used = [0] * count
+        for size in sizes:  # first fit: where the scheduler put them
+            node = next((i for i in range(count) if used[i] + size <= per_node), None)
+            if node is not None:
+                used[node] += size
+        nodes = [NodeGpus(f"{name}-{i:02d}", name, per_node, used[i]) for i in range(count)]
+        waiting = (
+            [PendingShape(f"{slug}/train", name, 8, int(devices) // 8) for slug, devices in WAITING.items()]
+            if name == "a100-80gb"
+            else []
+        )
+        found = fragmentation(name, nodes, waiting)
+        hours = int((MONTH[1] - MONTH[0]).total_seconds() // 3600)
+        samples += [
+            FragmentationSample(
+                flavor=flavors[name], at=MONTH[0] + timedelta(hours=h), nodes=found.nodes, total=found.total,
+                used=found.used, free=found.free, usable=found.usable, index=found.index,
+                largest_block=found.largest_block, whole_free_nodes=found.whole_free_nodes,
+                pending_gpus=found.pending_gpus, waiting=list(found.waiting),
+                blocks={str(k): v for k, v in found.blocks.items()},
+                placeable={str(k): v for k, v in found.placeable.items()},
+            )
+            for h in range(hours)
+        ]  # fmt: skip
+    FragmentationSample.objects.bulk_create(samples, batch_size=2000)
 
 
 def fleet_demo_findings() -> dict[str, int]:

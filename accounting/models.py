@@ -334,12 +334,18 @@ class FragmentationSample(models.Model):
     used = models.PositiveIntegerField()
     free = models.PositiveIntegerField(help_text="On nodes that can start work.")
     usable = models.PositiveIntegerField(help_text="Of the free, what the pending per-node shapes could take.")
-    index = models.FloatField(help_text="1 - usable / free (0 when nothing is free).")
+    index = models.FloatField(
+        help_text="1 - usable / free (0 when nothing is free); usable counts only what a waiting workload that "
+        "fits now (its whole gang) could take."
+    )
     largest_block = models.PositiveIntegerField(help_text="Most free GPUs on one node.")
     whole_free_nodes = models.PositiveIntegerField()
     pending_gpus = models.PositiveIntegerField()
     waiting = models.JSONField(default=list, help_text="Pending workloads that did not fit, largest first.")
     blocks = models.JSONField(default=dict, help_text="Free GPUs per node -> nodes with that many.")
+    placeable = models.JSONField(
+        default=dict, help_text="Per-node size of the waiting work -> how many members of that size could start."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["flavor", "at"], name="fragmentation_once_an_hour")]

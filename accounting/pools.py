@@ -88,6 +88,11 @@ def pool_report(month: str, within: str = "") -> dict[str, Any]:
     }
 
 
+def _largest_gangs(placeable: dict[str, int]) -> str:
+    """``8 × 5, 1 × 70``: per per-node size of the waiting work, the most members that could start."""
+    return ", ".join(f"{size} × {n}" for size, n in sorted(placeable.items(), key=lambda kv: -int(kv[0])))
+
+
 def _fragmentation(start: datetime, end: datetime) -> dict[str, dict[str, Any]]:
     """Per flavor key: the latest fragmentation sample in [start, end) and the period's mean index
     over the hours something waited (accounting.policy.fragmentation)."""
@@ -106,7 +111,7 @@ def _fragmentation(start: datetime, end: datetime) -> dict[str, dict[str, Any]]:
         latest[key] = {
             "at": r.at.isoformat(), "free": r.free, "usable": r.usable, "index": r.index,
             "largest_block": r.largest_block, "whole_free_nodes": r.whole_free_nodes, "pending_gpus": r.pending_gpus,
-            "waiting": r.waiting[:3],
+            "waiting": r.waiting[:3], "placeable": _largest_gangs(r.placeable),
             "mean_index_while_waiting": None if r.flavor_id not in means else round(means[r.flavor_id], 3),
         }  # fmt: skip
     return latest

@@ -7,18 +7,28 @@ Definitions (one flavor, one moment):
   drained or cordoned has none free (nothing can start there);
 - the **pending shapes**: each waiting workload's GPUs per node and its number of nodes (a 64-GPU
   gang of 8 per node is 8 × 8; a 1-GPU job is 1 × 1);
-- a node's **usable** free GPUs: the most of its free GPUs any pending per-node size can take —
-  ``max over sizes s of s × ⌊free / s⌋`` (with nothing pending, all of them: nothing is stranded);
-- **fragmentation index** = 1 − Σ usable / Σ free (0 when nothing is free): 0 means every free GPU
-  could go to something that waits; 1 means none could;
+- a pending workload **fits now** when its members can be placed: Σ over nodes ⌊free / per-node⌋ ≥
+  its nodes (a gang starts whole or not at all);
+- a node's **usable** free GPUs: the most of its free GPUs the per-node size of a pending workload
+  *that fits now* can take — ``max over those sizes s of s × ⌊free / s⌋``; a gang that cannot start
+  uses nothing, however many of its per-node slots some nodes have (with nothing pending, all of
+  them: nothing is stranded);
+- **fragmentation index** = 1 − Σ usable / Σ free (0 when nothing is free): the share of the free GPUs
+  no waiting request can be allocated, given its per-node need and its node count — 0 means every
+  free GPU could go to something that waits; 1 means none could;
+- **largest placeable gang**, per per-node size of the waiting work: how many members of that size
+  could start now (Σ ⌊free / size⌋), beside the gangs that wait for more;
 - **largest free block**: the most free GPUs on one node; **whole free nodes**: nodes with every
-  GPU free;
-- a pending workload **fits now** when Σ over nodes ⌊free / per-node⌋ ≥ its nodes.
+  GPU free.
 
 So "120 free GPUs while a 64-GPU gang waits for days" reads: free 120, largest block 6, the gang
-does not fit, index 1.0. Inventories come from ``scontrol show node -o`` (Slurm: ``CfgTRES`` against
-``AllocTRES`` per GPU type) and Kubernetes Nodes and their bound Pods (allocatable
-``nvidia.com/gpu`` against the requests of the pods bound to the node).
+does not fit, index 1.0. And 5 whole free nodes of 8 beside 30 nodes with one GPU free, with an
+8 × 8 gang waiting: free 70, largest placeable gang 5 × 8, the gang does not fit, index 1.0 (counting
+node by node alone, the 40 on whole nodes would look usable: 0.43).
+
+Inventories come from ``scontrol show node -o`` (Slurm: ``CfgTRES`` against ``AllocTRES`` per GPU
+type) and Kubernetes Nodes and their bound Pods (allocatable ``nvidia.com/gpu`` against the requests
+of the pods bound to the node).
 """
 
 from __future__ import annotations
@@ -79,6 +89,8 @@ class Fragmentation:
     fitting: int = 0
     blocks: Mapping[int, int] = field(default_factory=dict)
     """Free GPUs per node → how many nodes have that many."""
+    placeable: Mapping[int, int] = field(default_factory=dict)
+    """Per-node size of the waiting work → how many members of that size could start now."""
 
     @property
     def index(self) -> float:
@@ -91,6 +103,7 @@ class Fragmentation:
             "whole_free_nodes": self.whole_free_nodes, "pending_gpus": self.pending_gpus,
             "waiting": list(self.waiting), "fitting": self.fitting,
             "blocks": {str(k): v for k, v in sorted(self.blocks.items())},
+            "placeable": {str(k): v for k, v in sorted(self.placeable.items())},
         }  # fmt: skip
 
 
@@ -98,12 +111,14 @@ def fragmentation(flavor: str, nodes: Iterable[NodeGpus], pending: Iterable[Pend
     """The index and its evidence for ``flavor`` (see the module docstring)."""
     mine = [n for n in nodes if n.flavor == flavor and n.total > 0]
     waiting = [p for p in pending if p.flavor in (flavor, None) and p.per_node > 0]
-    sizes = {p.per_node for p in waiting}
     free = [n.free for n in mine]
-    usable = sum(max(s * (f // s) for s in sizes) if sizes else f for f in free)
+    placeable = {s: sum(f // s for f in free) for s in {p.per_node for p in waiting}}
+    sizes = {p.per_node for p in waiting if placeable[p.per_node] >= p.nodes}
+    # only what can start uses anything: a gang that cannot start strands every slot it sees
+    usable = sum(max((s * (f // s) for s in sizes), default=0) for f in free) if waiting else sum(free)
     not_fitting, fitting = [], 0
     for p in sorted(waiting, key=lambda p: (-p.gpus, p.workload)):
-        if sum(f // p.per_node for f in free) >= p.nodes:
+        if placeable[p.per_node] >= p.nodes:
             fitting += 1
         else:
             not_fitting.append(
@@ -115,7 +130,7 @@ def fragmentation(flavor: str, nodes: Iterable[NodeGpus], pending: Iterable[Pend
     return Fragmentation(
         flavor, len(mine), sum(n.total for n in mine), sum(min(n.used, n.total) for n in mine), sum(free), usable,
         max(free, default=0), sum(1 for n in mine if n.available and n.used == 0), sum(p.gpus for p in waiting),
-        tuple(not_fitting), fitting, dict(blocks),
+        tuple(not_fitting), fitting, dict(blocks), placeable,
     )  # fmt: skip
 
 

@@ -66,6 +66,7 @@ def fragmentation_sample(
                 index=x.index, largest_block=x.largest_block, whole_free_nodes=x.whole_free_nodes,
                 pending_gpus=x.pending_gpus, waiting=list(x.waiting)[:50],
                 blocks={str(k): v for k, v in x.blocks.items()},
+                placeable={str(k): v for k, v in x.placeable.items()},
             )
             for f, x in found
             if x.nodes

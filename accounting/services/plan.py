@@ -53,7 +53,7 @@ from quotas.selectors import flavor_keys, org_snapshot, subtree
 
 GPU = Resource.GPU
 CACHE_SECONDS = 3600
-MODEL = "plan-4"
+MODEL = "plan-5"
 """Part of the cache key: change it when the planner or the backtest model changes what they compute."""
 
 

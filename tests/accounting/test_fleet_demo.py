@@ -39,6 +39,21 @@ def test_table_8s_inventory_and_table_9s_before_state(fleet):
     assert [p["flavor"] for p in report["pools"]] == [f"example-8-2/{n}" for n, *_ in POOLS]  # by memory
 
 
+def test_the_pool_table_shows_the_a100_80gb_pool_fragmented_for_its_waiting_gangs(fleet, admin_client):
+    """380 of 400 held by 8-GPU workloads (and recsys's 4), packed node by node: 47 full nodes, one with
+    4 free, two whole nodes free (20 free). Waiting: gangs of 8 per node — llm 3 × 8, research and
+    vision 2 × 8, speech 1 × 8. Two whole nodes start the 2 × 8 and 1 × 8 gangs (16 usable); the 4 on
+    the shared node serve nothing that waits, and llm's 3 × 8 cannot start: index 1 − 16/20 = 0.2."""
+    rows = {p["flavor"]: p for p in pool_report("2026-10")["pools"]}
+    frag = rows["example-8-2/a100-80gb"]["fragmentation"]
+    assert (frag["free"], frag["usable"], frag["whole_free_nodes"], frag["largest_block"]) == (20, 16, 2, 8)
+    assert frag["index"] == round(1 - 16 / 20, 3) and frag["mean_index_while_waiting"] == 0.2
+    assert frag["placeable"] == "8 × 2" and frag["waiting"] == ["llm/train: 3 × 8 GPUs"]
+    assert rows["example-8-2/a100-40gb"]["fragmentation"]["index"] == 0.0  # nothing waits there
+    page = admin_client.get("/pools/", {"month": "2026-10"}).content.decode()
+    assert "largest gang that could start (GPUs per node × nodes): 8 × 2" in page and "fragmentation 0.20" in page
+
+
 def test_the_memory_measurements_add_up_to_the_devices_held(fleet):
     held: defaultdict[tuple[str, str], float] = defaultdict(float)
     for unit, flavor, allocated in UsageHour.objects.filter(hour__gte=MONTH[0], hour__lt=MONTH[1]).values_list(

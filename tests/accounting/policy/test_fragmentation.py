@@ -31,6 +31,23 @@ def test_120_free_gpus_and_a_64_gpu_gang_that_cannot_start():
     assert found.blocks == {6: 20}
 
 
+def test_a_gang_counts_its_nodes_not_only_its_per_node_slots():
+    """Issue #43: 5 whole free nodes and 30 nodes with one GPU free, an 8 × 8 gang waiting. Node by node
+    the 40 GPUs on whole nodes looked usable (index 0.43); the gang needs 8 such nodes, so no free GPU
+    can be allocated to what waits: 1.0, with the largest gang of 8 per node that could start (5)."""
+    nodes = [NodeGpus(f"w{i}", "a100", 8, 0) for i in range(5)] + [
+        NodeGpus(f"p{i:02d}", "a100", 8, 7) for i in range(30)
+    ]
+    gang = PendingShape("job 900", "a100", 8, 8)
+    found = fragmentation("a100", nodes, [gang])
+    assert (found.free, found.usable, found.whole_free_nodes, found.largest_block) == (70, 0, 5, 8)
+    assert found.index == 1.0 and found.placeable == {8: 5} and found.waiting == ("job 900: 8 × 8 GPUs",)
+    smaller = fragmentation("a100", nodes, [gang, PendingShape("job 901", "a100", 8, 4)])  # a 4 × 8 that starts
+    assert smaller.usable == 40 and smaller.index == round(1 - 40 / 70, 3) and smaller.fitting == 1
+    ones = fragmentation("a100", nodes, [gang, PendingShape("job 902", None, 1)])  # a 1-GPU job: every GPU
+    assert ones.index == 0.0 and ones.placeable == {1: 70, 8: 5}
+
+
 def test_a_drained_node_has_nothing_free_and_other_flavors_do_not_count():
     nodes = [NodeGpus("a", "a100", 8, 0, available=False), NodeGpus("b", "a100", 8, 0), NodeGpus("c", "h100", 8, 0)]
     found = fragmentation("a100", nodes, [PendingShape("job 1", "h100", 8)])
