@@ -111,6 +111,11 @@ class UnitOutcome:
     """Minutes a lender waited for its lent devices beyond the contract's promise."""
     did_not_fit_minutes: float
     """Minutes work waited though its unit held less than its guarantee and nothing was lent."""
+    reclaimed: float = 0.0
+    """Devices taken back from borrowers for this lender when its own demand returned: per step, what
+    its within-guarantee demand needs beyond the guaranteed devices it had not lent, up to what it had
+    lent (Σ clip(within_t − (G − lent_t−1), 0, lent_t−1)) — preemptions the terms imply, which the
+    cluster's scheduler must be able to do."""
 
     @property
     def full_share(self) -> float | None:
@@ -174,6 +179,7 @@ def simulate(d: FlavorDemand, terms: Mapping[int, Terms]) -> dict[int, UnitOutco
     queued = np.where(present, held + d.queued - served, 0.0)
     full = present & (g > 0) & (served >= FULL_SHARE * g - 1e-9)
     shortfall = _shortfall(d, within, lent)
+    reclaimed = _reclaimed(g, within, lent)
     lent_any = lent > 1e-9
     out = {}
     minutes = present.sum(axis=1) * d.step_minutes
@@ -191,7 +197,17 @@ def simulate(d: FlavorDemand, terms: Mapping[int, Terms]) -> dict[int, UnitOutco
             minutes=float(minutes[i]),
             shortfall_minutes=float(shortfall[i]),
             did_not_fit_minutes=float((did_not_fit[i] & (within[i] < g[i]) & ~lent_any[i]).sum() * d.step_minutes),
+            reclaimed=float(reclaimed[i]),
         )
+    return out
+
+
+def _reclaimed(g: Floats, within: Floats, lent: Floats) -> Floats:
+    """Per lender: devices taken back from borrowers when its own demand returned (see UnitOutcome)."""
+    if within.shape[1] < 2:
+        return np.zeros(within.shape[0])
+    needed = within[:, 1:] - (g - lent[:, :-1])
+    out: Floats = np.clip(needed, 0.0, lent[:, :-1]).sum(axis=1)
     return out
 
 

@@ -35,7 +35,7 @@ from accounting.services.mismatch import mismatch_found
 from quotas.models import OrgUnit, ResourceFlavor
 
 if TYPE_CHECKING:
-    from accounting.services.plan import PlanReport
+    from accounting.services.plan_report import PlanReport
 
 
 def thresholds() -> Thresholds:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -37,11 +37,12 @@ from accounting.policy.backtest import (
     totals,
 )
 from accounting.policy.plan_check import check_plan
-from accounting.policy.plan_model import Item, Plan, Settings, Unmet, evidence
+from accounting.policy.plan_model import Plan, Settings, evidence
 from accounting.policy.planner import make_plan
 from accounting.selectors.demand_series import demand_rows
 from accounting.selectors.showback import showback_period
 from accounting.services.plan_records import in_force
+from accounting.services.plan_report import PlanReport
 from accounting.services.usage_version import usage_version
 from quotas.history import org_snapshot_as_of
 from quotas.models import OrgUnit
@@ -53,129 +54,13 @@ from quotas.selectors import flavor_keys, org_snapshot, subtree
 
 GPU = Resource.GPU
 CACHE_SECONDS = 3600
-MODEL = "plan-5"
+MODEL = "plan-6"
 """Part of the cache key: change it when the planner or the backtest model changes what they compute."""
 
 
 def plan_settings() -> Settings:
     values = settings.ALLOT_PLAN
     return Settings(float(values["max_move_share"]), int(values["max_move_min"]), float(values["min_need_share"]))
-
-
-@dataclass(frozen=True)
-class PlanReport:
-    """The plan of an organisation for ``month`` with its backtest, seen from ``unit_path`` (the
-    organisation itself, or a unit in it: its items, outcomes and totals are those inside it; the
-    items keep the organisation plan's numbering)."""
-
-    unit_path: str
-    month: str
-    plan: Plan
-    today: dict[tuple[int, str], UnitOutcome]
-    planned: dict[tuple[int, str], UnitOutcome]
-    observed: dict[tuple[int, str], float]
-    """Device-hours each unit really held (with telemetry)."""
-    step_minutes: dict[str, int]
-    paths: dict[int, str]
-
-    def inside(self, path: str) -> bool:
-        return path == self.unit_path or path.startswith(self.unit_path + "/")
-
-    def seen(self, path: str) -> PlanReport:
-        """The same plan seen from ``path`` (a unit of the organisation)."""
-        return replace(self, unit_path=path)
-
-    def items(self) -> list[tuple[int, Item]]:
-        """The items inside ``unit_path``, with their numbers in the organisation's plan."""
-        return [(n, i) for n, i in enumerate(self.plan.items) if self.inside(i.path)]
-
-    def _keys(self) -> list[tuple[int, str]]:
-        return [k for k in self.today if self.inside(self.paths.get(k[0], ""))]
-
-    @property
-    def observed_h(self) -> float:
-        return sum(self.observed.get(k, 0.0) for k in self._keys())
-
-    @property
-    def reproduce_err(self) -> float:
-        """|model − observed| allocated device-hours under the month's own quotas, share of observed."""
-        real = self.observed_h
-        model = sum(self.today[k].allocated_h for k in self._keys())
-        return abs(model - real) / real if real else 0.0
-
-    def verdict(self, unit: int, flavor: str) -> dict[str, Any]:
-        """The one verdict for a unit on a flavor: the plan's item, or why it keeps its quota."""
-        for index, item in enumerate(self.plan.items):
-            if item.unit == unit and item.flavor == flavor:
-                return {"verdict": item.verdict.value, "item": index, "reason": item.reason}
-        reason = self.plan.kept.get((unit, flavor), "no demand evidence this month")
-        return {"verdict": "keep", "item": None, "reason": reason}
-
-    def totals(self) -> dict[str, Any]:
-        keys = self._keys()
-        before, after = totals({k: self.today[k] for k in keys}), totals({k: self.planned[k] for k in keys})
-        return {"today": before.as_dict(), "plan": after.as_dict()}
-
-    def unmet(self) -> list[Unmet]:
-        return [u for u in self.plan.unmet if self.inside(u.parent) or any(self.inside(p) for p in u.units)]
-
-    def as_dict(self) -> dict[str, Any]:
-        keys = sorted(self._keys(), key=lambda k: (self.paths.get(k[0], ""), k[1]))
-        return {
-            "unit_path": self.unit_path,
-            "month": self.month,
-            "settings": {
-                "max_move_share": self.plan.settings.max_move_share,
-                "max_move_min": self.plan.settings.max_move_min,
-                "min_need_share": self.plan.settings.min_need_share,
-            },
-            "items": [item_dict(i, n) for n, i in self.items()],
-            "unmet": [
-                {
-                    "parent": u.parent,
-                    "flavor": u.flavor,
-                    "devices": u.devices,
-                    "queued_h": round(u.value_h, 1),
-                    "units": list(u.units),
-                    "would_have_to_give": u.gives,
-                }
-                for u in self.unmet()
-            ],
-            "dropped": list(self.plan.dropped),
-            "backtest": {
-                "totals": self.totals(),
-                "reproduce_err_pct": round(100 * self.reproduce_err, 4),
-                "observed_allocated_h": round(self.observed_h, 1),
-                "step_minutes": self.step_minutes,
-                "units": [
-                    {
-                        "unit_path": self.paths.get(k[0], ""),
-                        "flavor": k[1],
-                        **self.verdict(*k),
-                        "today": self.today[k].as_dict(),
-                        "plan": self.planned[k].as_dict(),
-                    }
-                    for k in keys
-                ],
-            },
-        }
-
-
-def item_dict(item: Item, index: int) -> dict[str, Any]:
-    return {
-        "index": index,
-        "unit": item.unit,
-        "unit_path": item.path,
-        "flavor": item.flavor,
-        "verdict": item.verdict.value,
-        "guarantee": [item.before.guarantee, item.after.guarantee],
-        "burst": [item.before.burst, item.after.burst],
-        "lendable": [item.before.lendable, item.after.lendable],
-        "value_h": round(item.value_h, 1),
-        "value_per_device_h": round(item.value_per_device, 1),
-        "reason": item.reason,
-        "needs": list(item.needs),
-    }
 
 
 def _within(snapshot: OrgSnapshot, path: str) -> set[int]:
@@ -321,7 +206,19 @@ def _report(
             today[(u, d.flavor)], planned[(u, d.flavor)] = base[u], after[u]
             observed[(u, d.flavor)] = real[u]
     paths = {uid: snapshot.path(uid) for uid, _ in today}
-    return PlanReport(path, label, plan, today, planned, observed, steps, paths)
+    scenarios = {}
+    for name, lends in (("declared_lendable", False), ("every_idle_guarantee", True)):
+        before_s: dict[tuple[int, str], UnitOutcome] = {}
+        after_s: dict[tuple[int, str], UnitOutcome] = {}
+        for d in demands:
+            as_if = replace(d, lends_idle=lends)
+            base = simulate(as_if, {})
+            after = simulate(as_if, {u: t for (u, f), t in terms.items() if f == d.flavor})
+            for u in d.units:
+                before_s[(u, d.flavor)], after_s[(u, d.flavor)] = base[u], after[u]
+        scenarios[name] = (before_s, after_s)
+    lends_idle = {d.flavor: d.lends_idle for d in demands}
+    return PlanReport(path, label, plan, today, planned, observed, steps, paths, scenarios, lends_idle)
 
 
 def backtest_what_if(

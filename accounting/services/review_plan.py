@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from accounting.services.plan import PlanReport
+from accounting.services.plan_report import PlanReport
 
 
 def recommendation_row(
@@ -67,9 +67,16 @@ def sentence(item: Any) -> str:
 def plan_summary(report: PlanReport) -> dict[str, Any]:
     """The review's cover: the plan in figures, backtested on the month, and what it cannot fix."""
     totals = report.totals()
+    found = report.gain_range()
+    scenarios = found["scenarios"]
+    low = scenarios.get(found["conservative"]) if found["conservative"] else None
+    high = max(scenarios.values(), key=lambda s: s["gain_h"]) if scenarios else None
     return {
         "plan": {
             "items": len(report.items()),
+            "headline": low,
+            "upper": high if high is not low else None,
+            "range": found,
             "today": totals["today"],
             "with_plan": totals["plan"],
             "reproduce_err_pct": round(100 * report.reproduce_err, 4),

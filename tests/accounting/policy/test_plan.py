@@ -65,6 +65,23 @@ def test_borrowing_idle_lendable_guarantee_within_the_burst():
     assert short[1].borrowed_h == 2 and short[1].queued_h == 2
 
 
+def test_the_gain_depends_on_what_the_scheduler_lends_and_lending_idle_guarantees_means_reclaims():
+    """Issue #43: a lender (guarantee 8, nothing declared lendable) idle for two hours then busy; a
+    borrower (no guarantee, burst 8) queuing 8 every hour. Declared lendable only: nothing is lent, 8
+    wait every hour (32 device-hours). Every idle guarantee lent: the borrower runs the first two
+    hours (16 wait), and in the third the lender takes its 8 back — 8 devices reclaimed."""
+    lender, borrower = 1, 2
+    held = [[0, 0, 8, 8], [0, 0, 0, 0]]
+    queued = [[0, 0, 0, 0], [8, 8, 8, 8]]
+    terms = {lender: Terms(8, 0, 0), borrower: Terms(0, 8, 0)}
+    d = demand([lender, borrower], held, queued, terms)
+    declared = simulate(replace(d, lends_idle=False), {})
+    every = simulate(replace(d, lends_idle=True), {})
+    assert (declared[borrower].queued_h, declared[borrower].borrowed_h, declared[lender].reclaimed) == (32, 0, 0)
+    assert (every[borrower].queued_h, every[borrower].borrowed_h, every[lender].lent_h) == (16, 16, 16)
+    assert every[lender].reclaimed == 8 and every[borrower].reclaimed == 0
+
+
 def test_shortfall_counts_reclaims_slower_than_the_contract_promises():
     # the lender's demand rises while its devices are lent; reclaim takes 5 min against a 2-min promise
     d = demand(
