@@ -1,20 +1,22 @@
-"""What was in force at a time: the quotas as they stood at ``at``, read from today's rows with every
+"""What was in force at a time: the quotas and flavor prices as they stood at ``at``, read from today's rows with every
 later change of the audit trail undone (each ``quota_set`` row holds the quota's id, what it was
 before and what it became; every quota write goes through ``quota_set_bulk``, which writes one).
 
 A quota created after ``at`` (its first row has no "before") is taken as it was first set: nothing
 earlier is recorded, and the usage of a period before Allot held the tree (an imported or replayed
-month) was governed by the terms Allot was first given. A past period's plan, review and budgets read
-their terms here, so approving a change today never rewrites what a past month says.
+month) was governed by the terms Allot was first given. Prices the same way from ``flavor_set`` rows
+(``prices_as_of``). A past period's plan, review, budgets and showback read their terms here, so
+approving a change today never rewrites what a past month says.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from decimal import Decimal
 from types import MappingProxyType
 
-from quotas.models import AuditEvent, Quota
+from quotas.models import AuditEvent, Quota, ResourceFlavor
 from quotas.policy import snapshot as snap
 from quotas.policy.quantity import Resource
 from quotas.selectors import flavor_keys, org_snapshot
@@ -68,3 +70,24 @@ def org_snapshot_as_of(at: datetime | None) -> snap.OrgSnapshot:
         if unit_id in snapshot.units
     }
     return replace(snapshot, quotas=MappingProxyType(then))
+
+
+def prices_as_of(at: datetime, flavors: set[int] | None = None) -> dict[int, Decimal | None]:
+    """Flavor id → price per device-hour in force at ``at`` (None: no price): today's prices with every
+    later ``flavor_set`` change of one price to another undone, newest first. A flavor priced for the
+    first time later keeps that first price, as a quota created later keeps its first numbers: nothing
+    earlier is recorded, and a month's costs are what its flavors were first priced at."""
+    rows = ResourceFlavor.objects.all() if flavors is None else ResourceFlavor.objects.filter(id__in=flavors)
+    found: dict[int, Decimal | None] = {
+        pk: price or None for pk, price in rows.values_list("id", "price_per_device_hour")
+    }
+    later = (
+        AuditEvent.objects.filter(action="flavor_set", at__gt=at, object_id__in=[str(pk) for pk in found])
+        .order_by("-at", "-id")
+        .values_list("object_id", "before")
+    )
+    for object_id, before in later:
+        value = (before or {}).get("price_per_device_hour")
+        if value not in (None, "") and Decimal(str(value)):  # a price before it (not its first pricing)
+            found[int(object_id)] = Decimal(str(value))
+    return found

@@ -11,9 +11,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.utils import timezone
 
 from accounting.models import UsageHour
 from accounting.policy.showback import FlavorPeriod, SharedCost, Showback, UnitUsage, children_sums, roll_up, showback
+from quotas.history import prices_as_of
 from quotas.models import OrgUnit, Quota, ResourceFlavor
 
 
@@ -138,6 +140,10 @@ def showback_for(period: ShowbackPeriod, *, rule: SharedCost) -> tuple[Showback,
             "id", "name", "cluster__name", "physical_devices", "headroom_devices", "price_per_device_hour", "reserved"
         )
     }
+    if period.end <= timezone.now():  # a closed month: the prices in force at its end, not today's
+        then = prices_as_of(period.end, set(flavors))
+        for fid, f in flavors.items():
+            f["price_per_device_hour"] = then.get(fid)
     periods = {
         fid: FlavorPeriod(
             fid,

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
+from accounting.services.review_sections import pdf_context
 from accounting.services.review_tables import COLUMNS, ReviewData
 
 FORMATS = ("csv", "xlsx", "pdf")
@@ -85,7 +86,7 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
         sheet.append(columns)
         for cell in sheet[1]:
             cell.font = Font(bold=True)
-        for row in data.tables[table]:
+        for number, row in enumerate(data.tables[table], 2):  # (max_row is a scan of every cell: not per row)
             values = []
             for c in columns:
                 value = row.get(c)
@@ -93,9 +94,9 @@ def write_xlsx(data: ReviewData, path: Path) -> Path:
                     value = float(Decimal(value))
                 values.append(value)
             sheet.append(values)
-            for cell in sheet[sheet.max_row]:
-                if isinstance(cell.value, str):  # never a formula: openpyxl makes one of any "=…" string
-                    cell.data_type = "s"
+            for i, value in enumerate(values, 1):
+                if isinstance(value, str):  # never a formula: openpyxl makes one of any "=…" string
+                    sheet.cell(number, i).data_type = "s"
         sheet.freeze_panes = "A2"
         for i, column in enumerate(columns, 1):
             letter = get_column_letter(i)
@@ -212,14 +213,7 @@ def write_pdf(data: ReviewData, path: Path) -> Path:
     for name in ("weasyprint", "weasyprint.progress"):  # its progress is per page: hundreds of lines
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("fontTools").setLevel(logging.WARNING)
-    changes = [r for r in data.tables["recommendations"] if r["verdict"] != "keep"]
-    context = {
-        "data": data,
-        "plots": _plots(data),
-        "columns": COLUMNS,
-        "changes": changes,
-        "keep": len(data.tables["recommendations"]) - len(changes),
-    }
+    context = {"data": data, "plots": _plots(data), "columns": COLUMNS, **pdf_context(data)}
     html = render_to_string("accounting/review_pdf.html", context)
     HTML(string=html).write_pdf(path)
     return path

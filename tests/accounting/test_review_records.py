@@ -14,7 +14,7 @@ from accounting.services.review_formats import review_files
 from accounting.services.review_tables import review_data
 from quotas import services
 from quotas.models import Quota
-from tests.accounting.test_plan_api import full  # noqa: F401  (the fixture: November, research all given out)
+from tests.accounting.test_plan_api import BEFORE_NOVEMBER, full  # noqa: F401  (the fixture: November, research all given out)
 from tests.accounting.test_review import month  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -74,3 +74,17 @@ def test_the_review_page_says_which_items_are_in_force_and_offers_only_the_rest(
     second = review_generate(unit=org.acme, month=full)
     page = admin_client.get(f"/reviews/{second.pk}/").content.decode()
     assert "version 2" in page and "Against version 1:" in page and "the same figures" in page
+
+
+def test_a_price_changed_after_the_month_leaves_its_costs_as_they_were(org, month, tmp_path):  # noqa: F811
+    from unittest import mock
+
+    with mock.patch("django.utils.timezone.now", return_value=BEFORE_NOVEMBER):  # in force all November
+        services.flavor_set(actor=org.admin, reason="October price", cluster=org.cluster, name="a100",
+                            price_per_device_hour="2.0000")  # fmt: skip
+    before = review_data(org.acme, month)
+    services.flavor_set(actor=org.admin, reason="December price", cluster=org.cluster, name="a100",
+                        price_per_device_hour="3.5000")  # fmt: skip
+    after = review_data(org.acme, month)
+    assert before.summary["cost"] is not None and after.summary["cost"] == before.summary["cost"]
+    assert [u["cost"] for u in after.tables["units"]] == [u["cost"] for u in before.tables["units"]]
