@@ -133,7 +133,7 @@ def _replay(unit: OrgUnit, start: datetime, end: datetime) -> list[dict[str, Any
     if not quotas:
         return []
     daily = _daily(start, end, used, {(q.unit_id, q.flavor_id) for q in quotas})
-    period = f"replay: {REPLAY_SHARE:.0%} of the guarantee-hours"
+    period = f"replay: {REPLAY_SHARE:.0%} of the guarantee × the month's {hours:.0f} hours"
     return [
         _row(
             q.unit.path,
