@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -32,10 +32,8 @@ from accounting.services.finding_records import DetectionRun, findings_reconcile
 from accounting.services.fragmentation import fragmentation_found
 from accounting.services.kueue_metrics import kueue_crosscheck_found
 from accounting.services.mismatch import mismatch_found
+from accounting.services.plan_report import PlanReport
 from quotas.models import OrgUnit, ResourceFlavor
-
-if TYPE_CHECKING:
-    from accounting.services.plan_report import PlanReport
 
 
 def thresholds() -> Thresholds:

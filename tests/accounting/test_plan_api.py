@@ -6,7 +6,6 @@ make room for them, demand no parent can give named, and the what-if endpoint.""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from unittest import mock
 
 import pytest
 
@@ -15,6 +14,7 @@ from quotas import services
 from quotas.models import AuditEvent, ChangeRequest, Quota
 from quotas.policy import Resource
 from tests.accounting.test_review import month  # noqa: F401  (the fixture: November 2026, every hour)
+from tests.clock import made_on
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ def gpus(org, unit, guarantee, burst=None, lendable=None, *, at=None):
     """Set a GPU quota through the service, as if on ``at`` (a past month's plan reads the terms in
     force at its end: a change made after it is not part of it)."""
     change = services.QuotaChange(unit.pk, org.flavor.pk, Resource.GPU, guarantee, burst, lendable)
-    with mock.patch("django.utils.timezone.now", return_value=at or datetime.now(tz=UTC)):
+    with made_on(at or datetime.now(tz=UTC)):
         services.quota_set_bulk(actor=org.admin, reason="test", changes=[change])
 
 

@@ -16,6 +16,7 @@ from quotas import services
 from quotas.models import Quota
 from tests.accounting.test_plan_api import BEFORE_NOVEMBER, full  # noqa: F401  (the fixture: November, research all given out)
 from tests.accounting.test_review import month  # noqa: F401
+from tests.clock import made_on
 
 pytestmark = pytest.mark.django_db
 
@@ -77,9 +78,7 @@ def test_the_review_page_says_which_items_are_in_force_and_offers_only_the_rest(
 
 
 def test_a_price_changed_after_the_month_leaves_its_costs_as_they_were(org, month, tmp_path):  # noqa: F811
-    from unittest import mock
-
-    with mock.patch("django.utils.timezone.now", return_value=BEFORE_NOVEMBER):  # in force all November
+    with made_on(BEFORE_NOVEMBER):  # in force all November
         services.flavor_set(actor=org.admin, reason="October price", cluster=org.cluster, name="a100",
                             price_per_device_hour="2.0000")  # fmt: skip
     before = review_data(org.acme, month)

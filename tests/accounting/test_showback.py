@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from accounting.services import usage_replay_load, usage_rollup
 from quotas import services
 from tests.accounting.test_usage import T0, random_rows, replay
+from tests.clock import made_on
 
 pytestmark = pytest.mark.django_db
 
@@ -71,11 +72,9 @@ def test_shared_cost_by_guarantee_leaves_nothing_unshared(month, admin_client, s
 
 
 def test_a_flavor_without_a_price_shows_no_cost(month, admin_client):
-    from unittest import mock
-
     # unpriced since before November (a closed month reads the prices in force at its end: a price
     # removed in December would leave November's costs as they were — tests/accounting/test_review_records.py)
-    with mock.patch("django.utils.timezone.now", return_value=datetime(2026, 10, 31, tzinfo=UTC)):
+    with made_on(datetime(2026, 10, 31, tzinfo=UTC)):
         services.flavor_set(
             actor=month.admin, reason="t", cluster=month.cluster, name="a100", price_per_device_hour="0"
         )
