@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,6 +21,8 @@ from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests.ports import free_port
 
 SAMPLES = Path(__file__).parent / "fixtures" / "usage" / "dcgm"
 SERIES = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?P<labels>\{.*\})\s+(?P<value>\S+)$")
@@ -126,12 +127,6 @@ class Exporter:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusServer:

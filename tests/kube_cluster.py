@@ -24,7 +24,6 @@ import lzma
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -38,6 +37,7 @@ from typing import Any
 import yaml
 
 from quotas.policy.kueue.config import kueue_configuration
+from tests.ports import free_port
 
 ASSETS_ENV = "ALLOT_KUBE_ASSETS"
 HOW_TO_GET = (
@@ -75,12 +75,6 @@ def assets_problem() -> str | None:
 def crd_dir(folder: Path) -> Path | None:
     found = sorted(folder.glob("kueue-v*/crds"))
     return found[-1] if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def binary(folder: Path, name: str, cache: Path) -> Path:

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kube_cluster import Pki, free_port
+from tests.kube_cluster import Pki
 from tests.kube_work import wait_for
+from tests.ports import free_port
 from tests.quotas.test_tasks import _test_database_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.netns, pytest.mark.django_db(transaction=True)]

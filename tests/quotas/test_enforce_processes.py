@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from config.celery import app
 from quotas.models import Cluster, Quota, SyncRun
 from quotas.policy import Resource
 from quotas.services import enforce
+from tests.ports import free_port
 from tests.quotas.test_celery_production import start_worker, stop
 from tests.quotas.test_tasks import _test_database_url
 
@@ -33,12 +33,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(tra
 ROOT = Path(__file__).resolve().parents[2]
 REASON = "enforce the policy after a change"
 ENFORCING = {"ALLOT_ENFORCE_ON_CHANGE": "true", "ALLOT_ENFORCE_DELAY_SECONDS": "3"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _web(port: int) -> subprocess.Popen[bytes]:
@@ -130,7 +124,7 @@ def fleet(demo, crd_schemas):
 
 def test_edits_in_a_web_process_are_enforced_by_a_worker_process_debounced_and_none_is_lost(fleet):
     cluster, token, quota = fleet
-    port = _free_port()
+    port = free_port()
     web = _web(port)
     worker = start_worker(f"enforce-{os.getpid()}@%h", **ENFORCING)
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
