@@ -14,7 +14,8 @@
 -- run), GPUs in a QOS that carries none (tier QOS: GPU jobs run under the unit's own QOS), an
 -- untyped GPU request on an account with quota for several types, --ntasks-per-gpu with -n and no typed
 -- GPU count (Slurm would allocate GPUs of any type, counted against no typed limit), and an interactive job
--- (salloc/srun) without a time limit within the interactive tier's. An untyped GPU request on an
+-- (salloc/srun) without a time limit within the interactive tier's. A job with whole nodes (--exclusive, or
+-- a partition with OverSubscribe=EXCLUSIVE) is counted with every GPU of its nodes, as slurmctld allocates it. An untyped GPU request on an
 -- account with quota for one GPU type is made that type (so it runs on, and is counted against,
 -- that type's limits). A change to a submitted job (scontrol update: account, QOS, GPUs) is checked
 -- the same way, on the job as it would be after the change.
@@ -30,7 +31,8 @@ local function policy()
     local chunk = loadfile(POLICY)
     if chunk then
       local ok, fresh = pcall(chunk)
-      if ok and type(fresh) == "table" and (cache == nil or fresh.version ~= cache.version) then
+      if ok and type(fresh) == "table" and
+          (cache == nil or fresh.version ~= cache.version or fresh.inventory ~= cache.inventory) then
         cache = fresh
       end
     end
@@ -132,6 +134,14 @@ local function with_het(job_desc, submit_uid, name, asked, qos)
   return het.gpus, het.by_qos[qos or ""], het.batch or job_desc.script ~= nil
 end
 
+-- A table's keys in order: the first refusal a job meets is the same on every submission.
+local function sorted_keys(t)
+  local keys = {}
+  for k, _ in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
 -- The one GPU type an account has quota for, or nil (none, or several).
 local function only_type(account)
   local only = nil
@@ -181,16 +191,17 @@ end
 -- The checks every job passes, at submission and after a change. ``job`` reads like job_desc;
 -- ``asked`` is its GPUs per type (every component of a heterogeneous job added up), ``in_qos`` what
 -- counts against the QOS it runs under (a heterogeneous job's components under that QOS; default: asked).
+-- Returns why the job is refused, or nil.
 local function check(p, job, name, asked, in_qos)
   in_qos = in_qos or asked
   for _, archived in ipairs(p.archived or {}) do
     if archived == name then
-      return refuse("account %s belongs to an archived unit: use your current team's account", name)
+      return string.format("account %s belongs to an archived unit: use your current team's account", name)
     end
   end
   local account = p.accounts[name]
   if account == nil then
-    return refuse("account %s is not managed by Allot: use your team's account (-A)", name)
+    return string.format("account %s is not managed by Allot: use your team's account (-A)", name)
   end
   local qos = job.qos
   if qos ~= nil and qos ~= "" then
@@ -198,12 +209,12 @@ local function check(p, job, name, asked, in_qos)
     local allowed = false
     for _, q in ipairs(account.qos) do if q == qos then allowed = true end end
     if not allowed then
-      return refuse("account %s may not use QOS %s; it may use: %s", name, qos, table.concat(account.qos, ", "))
+      return string.format("account %s may not use QOS %s; it may use: %s", name, qos, table.concat(account.qos, ", "))
     end
     local wall = (p.qos_max_minutes or {})[qos]
     local want = given(job.time_limit)
     if wall ~= nil and want ~= nil and want > wall then
-      return refuse("QOS %s allows jobs of at most %d minutes (%d asked): add -t %d or less, or use another QOS",
+      return string.format("QOS %s allows jobs of at most %d minutes (%d asked): add -t %d or less, or use another QOS",
         qos, wall, want, wall)
     end
   else
@@ -215,23 +226,25 @@ local function check(p, job, name, asked, in_qos)
     if limit > 0 then kinds = kinds + 1 end
   end
   local best, where = largest(account)
-  for kind, count in pairs(asked) do
+  for _, kind in ipairs(sorted_keys(asked)) do
+    local count = asked[kind]
     local limit = most
     if kind ~= "" then limit = account.gpus[kind] or 0 end
     local what = kind ~= "" and (string.upper(kind) .. " ") or ""
     if limit == 0 then
-      return refuse("account %s (%s) has no %sGPU quota: ask your team lead for one in Allot, or use another account",
+      return string.format("account %s (%s) has no %sGPU quota: ask your team lead for one in Allot, or use another account",
         name, account.path, what)
     end
     if count > limit then
-      return refuse("%d %sGPUs is more than account %s (%s) can ever hold: %d; ask for at most %d or request a larger quota",
+      return string.format("%d %sGPUs is more than account %s (%s) can ever hold: %d; ask for at most %d or request a larger quota",
         count, what, name, account.path, limit, limit)
     end
     if kind == "" and kinds > 1 then
-      return refuse("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
+      return string.format("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
     end
   end
-  for kind, count in pairs(in_qos) do
+  for _, kind in ipairs(sorted_keys(in_qos)) do
+    local count = in_qos[kind]
     local what = kind ~= "" and (string.upper(kind) .. " ") or ""
     local budgets = account.budget_denied or {}
     local spent = budgets[kind]
@@ -239,26 +252,63 @@ local function check(p, job, name, asked, in_qos)
       for _, words in pairs(budgets) do spent = words end
     end
     if spent ~= nil then
-      return refuse("account %s: %s", name, spent)
+      return string.format("account %s: %s", name, spent)
     end
     for _, free in ipairs(p.qos_without_gpus or {}) do
       if free == qos then
         local own = {}
         for q, _ in pairs(account.qos_gpus or {}) do own[#own + 1] = q end
         table.sort(own)
-        return refuse("QOS %s carries no GPUs (its GPUs would count against no unit's quota): run GPU jobs under %s",
+        return string.format("QOS %s carries no GPUs (its GPUs would count against no unit's quota): run GPU jobs under %s",
           qos, table.concat(own, " or "))
       end
     end
     local here = ((account.qos_gpus or {})[qos] or {})[kind] or 0
     if count > here then
       local big = best[kind] or 0
-      return refuse("%d %sGPUs can never start under QOS %s, which lets a job hold %d at once (a job runs under one " ..
+      return string.format("%d %sGPUs can never start under QOS %s, which lets a job hold %d at once (a job runs under one " ..
         "QOS, and Slurm limits each on its own); the largest job account %s can run is %d %sGPUs (QOS %s): ask for " ..
         "at most that, or for a larger guarantee", count, what, qos, here, name, big, what, where[kind] or "none")
     end
   end
   return nil
+end
+
+-- A job that has its nodes to itself (--exclusive, or any job in a partition with OverSubscribe=EXCLUSIVE)
+-- is given every GPU of each node (slurmctld allocates a whole node's generic resources), and those count
+-- against its account's and QOS's limits: a CPU-only --exclusive job in a tier QOS would pend forever.
+-- Returns the GPUs per type it will hold, the words that say why and what to do instead, or nil when it shares nodes (or the
+-- snapshot has no node inventory). Over several partitions (-p a,b), the one whose nodes hold the fewest GPUs.
+local function whole_nodes(p, job_desc)
+  if p.partitions == nil then return nil end
+  local names = job_desc.partition
+  if names == nil or names == "" then names = p.default_partition end
+  if names == nil then return nil end
+  local fewest, chosen, part_name = nil, nil, nil
+  for name in string.gmatch(names, "[^,]+") do
+    local part = p.partitions[name]
+    if part == nil then return nil end
+    if job_desc.shared ~= 0 and not part.exclusive then return nil end  -- it may share a node there
+    local total = 0
+    for _, n in pairs(part.node_gpus) do total = total + n end
+    if fewest == nil or total < fewest then fewest, chosen, part_name = total, part, name end
+  end
+  if chosen == nil or fewest == 0 then return nil end
+  local nodes = given(job_desc.min_nodes) or 1
+  local held, words = {}, {}
+  for kind, n in pairs(chosen.node_gpus) do
+    held[kind] = n * nodes
+    words[#words + 1] = string.format("%d %s", n, string.upper(kind))
+  end
+  table.sort(words)
+  local how, hint = "--exclusive gives a job whole nodes",
+    "without --exclusive, ask for the CPUs and memory you need: -c, --mem"
+  if chosen.exclusive then
+    how = string.format("partition %s gives every job whole nodes", part_name)
+    hint = "use a partition whose nodes the account's quota covers"
+  end
+  return held, string.format("%s, and with each node every GPU on it (%s a node on partition %s, %d node%s): ",
+    how, table.concat(words, " + "), part_name, nodes, nodes == 1 and "" or "s"), hint
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -287,9 +337,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       "GPU quota: name the type and count instead, e.g. --gpus=%s:%d --ntasks-per-gpu=%d (without -n)",
       per, tasks, untyped, kind, untyped, per)
   end
+  local held, whole, hint = whole_nodes(p, job_desc)
+  if held ~= nil then asked = held end
   local total, in_qos, batch = with_het(job_desc, submit_uid, name, asked, qos)
-  local refused = check(p, job_desc, name, total, in_qos)
-  if refused ~= nil then return refused end
+  local why = check(p, job_desc, name, total, in_qos)
+  if why ~= nil then
+    if whole ~= nil then
+      return refuse("%s%s (%s)", whole, why, hint)
+    end
+    return refuse("%s", why)
+  end
   local max_minutes = p.interactive_max_minutes
   if not batch and max_minutes ~= nil then
     local limit = job_desc.time_limit
@@ -328,7 +385,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if cpus ~= nil then view.num_tasks = tonumber(cpus) end
   end
   local name = string.lower(view.account or "")
-  local refused = check(p, view, name, gpus(view))
-  if refused ~= nil then return refused end
+  local why = check(p, view, name, gpus(view))
+  if why ~= nil then return refuse("%s", why) end
   return slurm.SUCCESS
 end

@@ -249,6 +249,9 @@ class SlurmInventory:
     def nodes(self, cluster: str) -> str:
         return self._run([self.scontrol, "-M", cluster, "show", "node", "-o"])
 
+    def partitions(self, cluster: str) -> str:
+        return self._run([self.scontrol, "-M", cluster, "show", "partition", "-o"])
+
     def pending(self, cluster: str) -> str:
         text = self._run([self.squeue, "-M", cluster, "-h", "-t", "PD", "-o", "%i|%b|%D"])
         return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))

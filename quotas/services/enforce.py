@@ -113,7 +113,11 @@ def cluster_enforce(*, cluster: Cluster) -> dict[str, Any]:
         done: dict[str, Any] = {"run": run.pk, "status": run.status, "revision": run.revision}
         if cluster.kind == ClusterKind.SLURM and settings.ALLOT_SLURM_POLICY_OUT:
             try:
-                done["published"] = slurm_policy_publish(cluster=cluster, out=policy_out(cluster))["version"]
+                policy = slurm_policy_publish(cluster=cluster, out=policy_out(cluster))
+                done["published"] = policy["version"]
+                if policy.get("inventory_error"):  # published all the same; whole-node jobs are not counted
+                    done["inventory_error"] = policy["inventory_error"]
+                    log.warning("enforce %s: slurmctld's nodes not read: %s", cluster.name, policy["inventory_error"])
             except (ValueError, OSError) as exc:  # a cluster not set up yet, a path not writable: said, not raised
                 done["publish_error"] = str(exc)
                 log.error("enforce %s: the job_submit snapshot was not published: %s", cluster.name, exc)

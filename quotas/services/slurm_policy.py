@@ -8,7 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
+from quotas.integrations.slurm import SlurmError, SlurmInventory
 from quotas.models import Cluster, ClusterKind, OrgUnit
+from quotas.policy.slurm.nodes import partition_gpus
 from quotas.policy.slurm.render import qos_script, render_dump
 from quotas.policy.slurm.submit import render_json, render_lua, submit_policy
 from quotas.policy.slurm.translate import compile_slurm
@@ -24,22 +28,39 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def slurm_policy_publish(*, cluster: Cluster, out: Path) -> dict[str, Any]:
-    """Write ``<out>.lua`` and ``<out>.json`` for ``cluster``; returns the policy. Raises ValueError
-    for a cluster that is not Slurm or has no usable connection_ref."""
+def node_inventory(name: str, reader: SlurmInventory | None = None) -> tuple[dict[str, Any] | None, str]:
+    """Per partition, the GPUs of its smallest node and whether its jobs have whole nodes, from slurmctld
+    (``scontrol -M <name> show node/partition -o``); ``(None, why)`` when it cannot be read."""
+    reader = reader or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
+    try:
+        return partition_gpus(reader.nodes(name), reader.partitions(name)), ""
+    except SlurmError as exc:
+        return None, str(exc)
+
+
+def slurm_policy_publish(*, cluster: Cluster, out: Path, reader: SlurmInventory | None = None) -> dict[str, Any]:
+    """Write ``<out>.lua`` and ``<out>.json`` for ``cluster``; returns the policy (``inventory_error`` says why
+    whole-node jobs are not counted when slurmctld's nodes could not be read). Raises ValueError for a
+    cluster that is not Slurm or has no usable connection_ref."""
     if cluster.kind != ClusterKind.SLURM:
         raise ValueError(f"{cluster.name} is a {cluster.kind} cluster: the snapshot is for Slurm controllers")
     snapshot, target = org_snapshot(), slurm_target(cluster)
+    inventory, why = node_inventory(target.cluster, reader)
     archived = [
         a or s for a, s in OrgUnit.objects.filter(archived_at__isnull=False).values_list("slurm_account", "slug")
     ]
     policy = submit_policy(
-        snapshot, target, compile_slurm(snapshot, target), revision=policy_revision(), archived=archived
+        snapshot,
+        target,
+        compile_slurm(snapshot, target),
+        revision=policy_revision(),
+        archived=archived,
+        inventory=inventory,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(out.with_suffix(".json"), render_json(policy))
     _atomic_write(out.with_suffix(".lua"), render_lua(policy))
-    return policy
+    return {**policy, "inventory_error": why} if why else policy
 
 
 def slurm_export(*, cluster: Cluster, out_dir: Path) -> list[Path]:

@@ -33,6 +33,8 @@ def enforced(lab):
     policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
     assert policy["accounts"]["vision"]["qos_gpus"] == {"burst-vision": {"a100": 1}, "guar-vision": {"a100": 1}}
     assert policy["qos_without_gpus"] == ["tier-p2"]
+    assert policy["partitions"] == {"gpu": {"node_gpus": {"a100": 8, "h100": 8}, "exclusive": False}}
+    assert policy["default_partition"] == "gpu" and "inventory_error" not in policy
     assert _sh("bash", "deploy/slurm/install-job-submit.sh").returncode == 0
     jobs: list[str] = []
     lab.jobs = jobs
@@ -211,3 +213,30 @@ def test_gpus_without_a_type_past_job_submit_still_count_against_the_units_qos(e
     time.sleep(12)  # a scheduling pass (sched_interval=10): 16 GPUs of two types are free
     shown = _sh("scontrol", "show", "job", job).stdout
     assert "JobState=PENDING" in shown and "Reason=QOSGrpGRES" in shown, shown
+
+
+def test_an_exclusive_job_is_counted_with_every_gpu_of_its_node(enforced):
+    """Issue #41: slurmctld gives a job with the node to itself every GPU on it, counted against its QOS, so a
+    CPU-only --exclusive job (or one of 1 GPU, or in the GPU-less tier QOS) pended forever. job_submit.lua
+    now counts the node's GPUs from the snapshot's inventory and refuses with why and what to do."""
+    # what slurmctld does with such a job when job_submit.lua never sees it (root submits for bob): it pends
+    bypass = _sh(*SBATCH, "--uid=bob", "-A", "vision", "--exclusive", "--wrap", "true")
+    assert bypass.returncode == 0, bypass.stderr
+    job = bypass.stdout.split()[-1]
+    enforced.jobs.append(job)
+    _sh("scontrol", "release", job)
+    time.sleep(12)  # a scheduling pass: the node is idle, its 16 CPUs and 16 GPUs free
+    shown = _sh("scontrol", "show", "job", job).stdout
+    assert "JobState=PENDING" in shown and "Reason=QOS" in shown, shown
+    whole = (
+        "--exclusive gives a job whole nodes, and with each node every GPU on it "
+        "(8 A100 + 8 H100 a node on partition gpu, 1 node)"
+    )
+    for extra in ((), ("--gres=gpu:a100:1",), ("--qos=tier-p2",), ("-p", "gpu", "-N", "1")):
+        refused = _submit("bob", "vision", "--exclusive", *extra, keep=enforced.jobs)
+        assert refused.returncode != 0, (extra, refused.stdout)
+        assert whole in refused.stderr and "without --exclusive, ask for the CPUs and memory you need" in refused.stderr
+    # GPU types in order: the node's 8 A100 are past vision's ceiling of 2 before its H100 (none) are looked at
+    assert "8 A100 GPUs is more than account vision (acme/research/vision) can ever hold: 2" in refused.stderr
+    # the whole node's CPUs without --exclusive: accepted (it shares the GPUs it does not ask for)
+    assert _submit("bob", "vision", "-c", "16", keep=enforced.jobs).returncode == 0

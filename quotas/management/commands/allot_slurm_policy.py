@@ -42,5 +42,10 @@ class Command(BaseCommand):
             f"published policy version {policy['version']} for {len(policy['accounts'])} accounts to "
             f"{options['out']}.lua and .json"
         )
+        if policy.get("inventory_error"):
+            self.stderr.write(
+                "warning: slurmctld's nodes could not be read, so --exclusive jobs (given every GPU of their node) "
+                f"are not counted until the next publish: {policy['inventory_error']}"
+            )
         for path in exported:
             self.stdout.write(f"wrote {path}")

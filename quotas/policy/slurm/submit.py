@@ -8,7 +8,8 @@ one QOS, and Slurm limits each QOS on its own, so a job larger than its QOS's li
 forever); the QOS that carry no GPUs (tiers); the accounts of archived units; the interactive
 tier's time limit; each QOS's time limit (a job asking for more is refused with the limit, not left
 pending); per GPU type, the spent ``deny`` budget over the account (refused with the budget, its
-figures and when it resets).
+figures and when it resets); per partition, the GPUs of its smallest node and whether every job there
+has its node to itself (a whole-node job is given every GPU of its node: see ``nodes.py``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,21 @@ from ..capacity import effective_ceiling
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
 from .model import SlurmState
+from .nodes import inventory_digest
 from .translate import SlurmTarget
 
 
 def submit_policy(
-    snapshot: OrgSnapshot, target: SlurmTarget, state: SlurmState, *, revision: int, archived: Iterable[str] = ()
+    snapshot: OrgSnapshot,
+    target: SlurmTarget,
+    state: SlurmState,
+    *,
+    revision: int,
+    archived: Iterable[str] = (),
+    inventory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The snapshot as a dict. ``inventory`` is :func:`nodes.partition_gpus` of the cluster (None when slurmctld
+    could not be read: whole-node jobs are then not counted, and the snapshot says so)."""
     by_name = {(target.accounts.get(uid) or unit.slug).lower(): uid for uid, unit in snapshot.units.items()}
     qos_by_name = {q.name: q for q in state.qos}
     denied = _denied(snapshot, target)
@@ -60,6 +70,11 @@ def submit_policy(
         "interactive_max_minutes": min(limits) // 60 if limits else None,
         "qos_max_minutes": {q.name: q.max_wall_min for q in sorted(state.qos, key=lambda q: q.name) if q.max_wall_min},
         "qos_without_gpus": sorted(q.name for q in state.qos if q.max_tres.get("gres/gpu") == 0),
+        **(
+            {**inventory, "inventory": inventory_digest(dict(inventory))}
+            if inventory is not None
+            else {"partitions": None, "inventory": None}
+        ),
     }
 
 
