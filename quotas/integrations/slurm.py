@@ -22,7 +22,9 @@ from pathlib import Path
 from quotas.policy.slurm.model import ACCOUNT_LIMITS, QOS_LIMITS, SlurmAccount, SlurmQos, SlurmUser
 from quotas.policy.slurm.parse import parse_assoc, parse_qos
 
-ASSOC_FORMAT = ["Cluster", "Account", "User", "ParentName", "Share", "QOS", "DefaultQOS", *ACCOUNT_LIMITS]
+ASSOC_FORMAT = [
+    "Cluster", "Account", "User", "ParentName", "Share", "QOS", "DefaultQOS", *ACCOUNT_LIMITS, "Partition", "Priority",
+]  # fmt: skip
 QOS_FORMAT = [
     "Name",
     "Description",

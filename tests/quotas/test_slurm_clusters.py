@@ -120,10 +120,12 @@ def test_importing_a_hand_made_site_lists_what_it_cannot_carry_and_imports_only_
     site = [
         ("add", "qos", "guar-astro", "Description=hand-made by the admins", "GrpTRES=gres/gpu:h100=3"),
         ("add", "qos", "tier-debug", "Description=debug queue", "MaxWall=30"),
-        ("add", "account", "astro", "cluster=other", "Description=astronomy", "Fairshare=10",
-         "GrpTRES=gres/gpu:h100=4", "MaxJobs=20", "QOS=guar-astro,tier-debug", "DefaultQOS=guar-astro"),
+        ("add", "qos", "long", "Description=long jobs", "MaxTRESPerUser=gres/gpu=2", "MaxWall=2880"),
+        ("add", "account", "astro", "cluster=other", "Description=astronomy", "Fairshare=10", "Priority=7",
+         "GrpTRES=gres/gpu:h100=4", "MaxJobs=20", "QOS=guar-astro,tier-debug,long", "DefaultQOS=guar-astro"),
         ("add", "account", "survey", "cluster=other", "parent=astro", "Description=survey", "MaxTRES=gres/gpu:h100=2"),
         ("add", "user", "ann", "account=survey", "cluster=other", "MaxJobs=3"),
+        ("add", "user", "ann", "account=survey", "cluster=other", "partition=gpu", "Priority=9"),
     ]  # fmt: skip
     try:
         for argv in site:
@@ -139,6 +141,13 @@ def test_importing_a_hand_made_site_lists_what_it_cannot_carry_and_imports_only_
         assert "account astro: MaxJobs=20" in listed and "account survey: MaxTRES=gres/gpu:h100=2" in listed
         assert "user ann in survey: MaxJobs=3" in listed
         assert "QOS guar-astro: named like Allot's" in listed and "QOS tier-debug: named like Allot's" in listed
+        # issue #41: partition associations, association priorities, what a site QOS limits
+        assert "user ann in survey: the association for partition gpu is not carried over" in listed
+        assert "user ann in survey: Priority=9 is not carried over" in listed
+        assert "account astro: Priority=7 is not carried over" in listed
+        assert "account survey: Priority" not in listed and "user ann in survey: Priority=7" not in listed  # astro's
+        assert "QOS long: the site's own" in listed
+        assert "its MaxTRESPerUser=gres/gpu=2, MaxWall=2880 min will no longer limit the jobs of astro" in listed
         assert not OrgUnit.objects.filter(slug="astro").exists()
 
         call_command("allot_import_slurm", "--cluster", "slurm-other", "--accept-notes", stdout=io.StringIO())
@@ -156,6 +165,8 @@ def test_importing_a_hand_made_site_lists_what_it_cannot_carry_and_imports_only_
         assert created <= listed_qos, f"QOS no account can use: {created - listed_qos}"
         assert "tier-debug" not in {o.name for o in SyncObject.objects.filter(run=run, outcome__in=WRITES)}
     finally:
+        # the partition association first: sacctmgr refuses to remove a default account's associations at once
+        _sh("sacctmgr", "-i", "delete", "user", "where", "name=ann", "account=survey", "partition=gpu", "cluster=other")
         _sh("sacctmgr", "-i", "delete", "user", "where", "name=ann", "cluster=other")
         _sh("sacctmgr", "-i", "delete", "account", "where", "name=survey,astro", "cluster=other")
-        _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-astro,tier-debug")
+        _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-astro,tier-debug,long")

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..snapshot import UnitKind
-from .model import ACCOUNT_LIMITS, SlurmAccount, SlurmQos, SlurmUser, own_limits
+from .import_losses import LIMIT_NAMES, limits_lost, site_limits
+from .model import SlurmAccount, SlurmQos, SlurmUser
 from .ownership import OURS
 from .parse import PARENT_SHARE
 
@@ -115,11 +116,12 @@ def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
                     values.get("organization", "").lower(),
                     tuple(sorted(q for q in values.get("qos", "").lower().split(",") if q)),
                     values.get("defaultqos", "").lower(),
-                    {k: v.lower() for k, v in values.items() if k in _LIMIT_NAMES},
+                    {k: v.lower() for k, v in values.items() if k in LIMIT_NAMES},
+                    priority=values.get("priority", ""),
                 )
             )
         elif kind == "User":
-            limits = {k: v.lower() for k, v in values.items() if k in _LIMIT_NAMES}
+            limits = {k: v.lower() for k, v in values.items() if k in LIMIT_NAMES}
             share = values.get("fairshare", "1")
             users.append(
                 SlurmUser(
@@ -130,6 +132,8 @@ def parse_dump(text: str) -> tuple[str, list[SlurmAccount], list[SlurmUser]]:
                     limits,
                     tuple(sorted(q for q in values.get("qos", "").lower().split(",") if q)),
                     values.get("defaultqos", "").lower(),
+                    partition=values.get("partition", "").lower(),
+                    priority=values.get("priority", ""),
                 )
             )
         else:
@@ -155,7 +159,7 @@ def read_slurm(
     found = SlurmImport()
     by_qos = {q.name: q for q in qos}
     parents = {a.name: a.parent for a in accounts}
-    _limits_lost(found, accounts, users)
+    limits_lost(found, accounts, users)
     accounts = _set_here(accounts)
     skipped: set[str] = set()
     for account in accounts:
@@ -204,8 +208,8 @@ def read_slurm(
                 f"it to Allot with: sacctmgr -i modify account where name={account.name} set "
                 f"Description='{kind.value} {found.path(account.name)}'"
             )
-    for user in users:
-        if user.account in found.units and user.name != "root":
+    for user in users:  # a user with one association per partition is one member
+        if user.account in found.units and user.name != "root" and user.name not in found.units[user.account].members:
             found.units[user.account].members.append(user.name)
     for unit in reversed(found.top_down()):  # children's guarantees add up into their parent's
         if unit.parent is not None:
@@ -221,6 +225,7 @@ def read_slurm(
             found.losses.append(
                 f"QOS {name}: the site's own, not imported; Allot gives each unit guar-<account> and "
                 "burst-<account> QOS (set guarantee and burst per unit) and keeps QOS it did not create"
+                + site_limits(site, sorted(a.name for a in accounts if name in a.qos and a.name in found.units))
             )
         elif site is not None and not _allots(site):
             found.losses.append(
@@ -247,50 +252,6 @@ def read_slurm(
 
 def _allots(qos: SlurmQos) -> bool:
     return qos.description.startswith(("allot@", "allot:"))
-
-
-def _limits_lost(found: SlurmImport, accounts: Sequence[SlurmAccount], users: Sequence[SlurmUser]) -> None:
-    """Limits set on an account or a user association itself (``show assoc`` repeats an account's
-    Max* limits on everything under it) have no place in Allot's tree: each is a loss."""
-    by_name = {a.name: a for a in accounts}
-
-    def above(name: str) -> Mapping[str, str]:
-        holder = by_name.get(name)
-        return holder.limits if holder else {}
-
-    for account in sorted(accounts, key=lambda a: a.name):
-        for key, value in sorted(own_limits(account.limits, above(account.parent)).items()):
-            found.losses.append(
-                f"account {account.name}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over (Allot keeps "
-                "GPU limits in each unit's QOS and sets no account limit; the sync reports it as drift, and "
-                "removes it when the cluster's drift policy is 'correct'): set the unit's quota in Allot instead"
-            )
-    for user in sorted(users, key=lambda u: (u.account, u.name)):
-        for key, value in sorted(own_limits(user.limits, above(user.account)).items()):
-            found.losses.append(
-                f"user {user.name} in {user.account}: {_LIMIT_NAMES.get(key, key)}={value} is not carried over "
-                "(Allot sets no per-user limit; the sync reports it as drift)"
-            )
-        if user.fairshare != 1:
-            found.losses.append(
-                f"user {user.name} in {user.account}: Fairshare={user.fairshare} is not carried over (every "
-                "member's association has Fairshare=1: its unit's weight is shared evenly; the sync resets it)"
-            )
-        holder = by_name.get(user.account)
-        own_qos = bool(user.qos) and holder is not None and user.qos != holder.qos
-        if own_qos:  # show assoc prints the account's on a user that sets none
-            found.losses.append(
-                f"user {user.name} in {user.account}: QOS={','.join(user.qos)} is not carried over (a member "
-                "runs under its unit's QOS; the sync clears the user's own)"
-            )
-        if user.default_qos and holder is not None and user.default_qos != holder.default_qos:
-            found.losses.append(
-                f"user {user.name} in {user.account}: DefaultQOS={user.default_qos} is not carried over (a job "
-                "without --qos runs under its unit's default; the sync clears the user's own)"
-            )
-
-
-_LIMIT_NAMES = {n.lower(): n for n in ACCOUNT_LIMITS}
 
 
 def _unsplit_bursts(found: SlurmImport, physical: Mapping[str, int]) -> None:

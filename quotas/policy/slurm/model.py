@@ -18,6 +18,8 @@ class SlurmAccount:
     default_qos: str = ""
     limits: Mapping[str, str] = field(default_factory=dict)
     """Limits Allot never sets on an account (``ACCOUNT_LIMITS``), as read: any is drift."""
+    priority: str = field(default="", compare=False)
+    """The association's own ``Priority`` as read (Allot sets none; the import lists it as not carried)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,10 @@ class SlurmUser:
     Allot sets none of its own, so a list other than its account's is drift (a job could run under it)."""
     default_qos: str = field(default="", compare=False)
     """Its DefaultQOS as read, likewise: job_submit.lua counts a job without --qos under the account's."""
+    partition: str = field(default="", compare=False)
+    """The association's partition (a site may give a user one association per partition); Allot's have none."""
+    priority: str = field(default="", compare=False)
+    """The association's own ``Priority`` as read (Allot sets none)."""
 
 
 @dataclass(frozen=True, slots=True)

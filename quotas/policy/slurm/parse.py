@@ -59,7 +59,19 @@ def parse_assoc(text: str, columns: Sequence[str] | None = None) -> tuple[list[S
         qos = tuple(sorted(q for q in row.get("qos", "").lower().split(",") if q))
         if user:
             limits = _limits(row, ACCOUNT_LIMITS)
-            users.append(SlurmUser(user, account, "", fairshare, limits, qos, row.get("defaultqos", "").lower()))
+            users.append(
+                SlurmUser(
+                    user,
+                    account,
+                    "",
+                    fairshare,
+                    limits,
+                    qos,
+                    row.get("defaultqos", "").lower(),
+                    partition=row.get("partition", "").lower(),
+                    priority=row.get("priority", "").strip(),
+                )
+            )
         elif account != "root":
             accounts.append(
                 SlurmAccount(
@@ -71,6 +83,7 @@ def parse_assoc(text: str, columns: Sequence[str] | None = None) -> tuple[list[S
                     qos,
                     row.get("defaultqos", "").lower(),
                     _limits(row, ACCOUNT_LIMITS),
+                    priority=row.get("priority", "").strip(),
                 )
             )
     return accounts, users

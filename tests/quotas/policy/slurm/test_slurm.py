@@ -418,7 +418,7 @@ def test_a_hand_made_site_imports_with_every_setting_it_cannot_carry_listed():
 
     astro = (
         "Account - 'astro':Description='astronomy':Organization='uni':Fairshare=10:GrpTRES=gres/gpu:a100=4:"
-        "MaxJobs=20:QOS='guar-astro,tier-debug'"
+        "MaxJobs=20:QOS='guar-astro,tier-debug,long':Priority=7"
     )
     dump = f"""Cluster - 'hpc'
 Parent - 'root'
@@ -428,11 +428,13 @@ Account - 'survey':Description='survey':Organization='uni':Fairshare=5:MaxTRESPe
 Parent - 'survey'
 User - 'ann':DefaultAccount='survey':MaxJobs=3
 User - 'bea':DefaultAccount='survey':Fairshare=4:QOS='normal':DefaultQOS='normal'
+User - 'bea':Partition='gpu':DefaultAccount='survey':Priority=9
 """
     cluster, accounts, users = parse_dump(dump)
     qos = [
         SlurmQos("guar-astro", "hand-made by the admins", 500, grp_tres={"gres/gpu:a100": 3}),
         SlurmQos("tier-debug", "debug queue", 100, max_wall_min=30),
+        SlurmQos("long", "long jobs", 10, max_wall_min=2880, limits={"maxtresperuser": "gres/gpu=2"}),
     ]
     plan = read_slurm(accounts, users, qos, flavors=["a100"])  # nothing aborts
     assert cluster == "hpc" and set(plan.units) == {"astro", "survey"} and plan.tiers == {}
@@ -447,6 +449,15 @@ User - 'bea':DefaultAccount='survey':Fairshare=4:QOS='normal':DefaultQOS='normal
     assert "user bea in survey: QOS=normal is not carried over" in losses
     assert "user bea in survey: DefaultQOS=normal is not carried over" in losses
     assert "user ann in survey: Fairshare" not in losses and "user ann in survey: QOS" not in losses
+    # …and partition associations, association priorities and what a site QOS limits
+    assert "user bea in survey: the association for partition gpu is not carried over" in losses
+    assert "user bea in survey: Priority=9 is not carried over" in losses
+    assert "account astro: Priority=7 is not carried over" in losses
+    assert (
+        "QOS long: the site's own, not imported; Allot gives each unit guar-<account> and burst-<account> QOS "
+        "(set guarantee and burst per unit) and keeps QOS it did not create; its MaxTRESPerUser=gres/gpu=2, "
+        "MaxWall=2880 min will no longer limit the jobs of astro"
+    ) in losses
     assert "QOS guar-astro: named like Allot's, but its description 'hand-made by the admins'" in losses
     assert "QOS tier-debug: named like Allot's" in losses and "not imported as a tier" in losses
     assert plan.units["astro"].weight == 10 and plan.units["survey"].members == ["ann", "bea"]
