@@ -299,7 +299,10 @@ def slurm_target(cluster: Cluster) -> Any:
     )
     accounts = dict(active_units().exclude(slurm_account="").values_list("id", "slurm_account"))
     members: dict[int, list[str]] = {}
-    for unit_id, username in Membership.objects.exclude(slurm_username="").values_list("unit_id", "slurm_username"):
+    here = Membership.objects.exclude(slurm_username="").filter(
+        Q(slurm_cluster__isnull=True) | Q(slurm_cluster=cluster)
+    )
+    for unit_id, username in here.values_list("unit_id", "slurm_username").distinct():
         members.setdefault(unit_id, []).append(username)
     return SlurmTarget(
         slurm_cluster_name(cluster.connection_ref),

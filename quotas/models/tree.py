@@ -154,12 +154,28 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=PROTECT, related_name="memberships"
     )
     slurm_username = models.CharField(max_length=63, blank=True, validators=[slug_validator])
+    slurm_cluster = models.ForeignKey(
+        "quotas.Cluster",
+        null=True,
+        blank=True,
+        on_delete=PROTECT,
+        related_name="memberships",
+        help_text="The one Slurm cluster this member's association is on (an import names the cluster it came "
+        "from); empty: every Slurm cluster. A unit gets an account on a cluster only where it has quota or members.",
+    )
 
     class Meta:
         ordering = ["unit__path", "slurm_username"]
         constraints = [
             models.UniqueConstraint(
-                fields=["unit", "slurm_username"], condition=~Q(slurm_username=""), name="membership_slurm_unique"
+                fields=["unit", "slurm_username"],
+                condition=~Q(slurm_username="") & Q(slurm_cluster__isnull=True),
+                name="membership_slurm_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["unit", "slurm_username", "slurm_cluster"],
+                condition=~Q(slurm_username="") & Q(slurm_cluster__isnull=False),
+                name="membership_slurm_cluster_unique",
             ),
         ]
 

@@ -206,7 +206,11 @@ def unit_admin(request: HttpRequest, unit_id: int) -> HttpResponse:
             "Member "
             + (
                 services.membership_add(
-                    actor=actor, reason=reason, unit=unit, slurm_username=post.get("slurm_username", "").strip()
+                    actor=actor,
+                    reason=reason,
+                    unit=unit,
+                    slurm_username=post.get("slurm_username", "").strip(),
+                    slurm_cluster=_slurm_cluster(post),
                 ).slurm_username
             )
             + " added."
@@ -229,6 +233,16 @@ def unit_url(unit: OrgUnit) -> str:
     from django.urls import reverse
 
     return reverse("quotas:unit", kwargs={"unit_id": unit.pk})
+
+
+def _slurm_cluster(post: Any) -> Cluster | None:
+    """The Slurm cluster a member is added on; None (every Slurm cluster) when the form names none."""
+    if not post.get("slurm_cluster"):
+        return None
+    found = Cluster.objects.filter(pk=form_id(post.get("slurm_cluster")), kind=ClusterKind.SLURM).first()
+    if found is None:
+        raise InputError("slurm_cluster", "no such Slurm cluster", "pick one from the list, or every Slurm cluster")
+    return found
 
 
 def _member_remove(actor: Any, reason: str, unit: OrgUnit, username: str) -> str:

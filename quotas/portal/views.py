@@ -106,7 +106,8 @@ def _administer(request: HttpRequest, unit: OrgUnit) -> dict[str, Any]:
     return {
         "administer": True,
         "child_kind": NEXT_KIND.get(unit.kind, "project"),
-        "members": list(unit.memberships.select_related("user").order_by("slurm_username")),
+        "members": list(unit.memberships.select_related("user", "slurm_cluster").order_by("slurm_username")),
+        "slurm_clusters": list(Cluster.objects.filter(kind=ClusterKind.SLURM).order_by("name")),
         "bindings": list(unit.namespaces.select_related("cluster")),
         "kube_clusters": list(Cluster.objects.filter(kind=ClusterKind.KUBERNETES).order_by("name")),
         "lead_names": ", ".join(sorted(u.username for u in unit.leads.all())),

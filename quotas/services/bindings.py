@@ -55,17 +55,34 @@ def namespace_bind(
 
 @transaction.atomic
 def membership_add(
-    *, actor: Actor, reason: str, unit: OrgUnit, user: User | None = None, slurm_username: str = ""
+    *,
+    actor: Actor,
+    reason: str,
+    unit: OrgUnit,
+    user: User | None = None,
+    slurm_username: str = "",
+    slurm_cluster: Cluster | None = None,
 ) -> Membership:
-    """Add a member (a portal user, a Slurm username, or both) to ``unit``; idempotent."""
+    """Add a member (a portal user, a Slurm username, or both) to ``unit``; idempotent. With ``slurm_cluster``
+    the member's association is on that Slurm cluster only, else on every Slurm cluster."""
     reason = require_reason(reason)
     if user is None and not slurm_username:
         raise InputError("slurm_username", "a member needs a user or a Slurm username", "give at least one")
+    if slurm_cluster is not None and slurm_cluster.kind != ClusterKind.SLURM:
+        raise InputError(
+            "slurm_cluster",
+            f"{slurm_cluster.name} is a {slurm_cluster.kind} cluster",
+            "name a Slurm cluster, or none for every Slurm cluster",
+        )
+    if slurm_cluster is not None and not slurm_username:
+        raise InputError("slurm_cluster", "a cluster is only for a Slurm username", "give the Slurm username too")
     lock_units([unit.pk])
-    found = Membership.objects.filter(unit=unit, user=user, slurm_username=slurm_username).first()
+    found = Membership.objects.filter(
+        unit=unit, user=user, slurm_username=slurm_username, slurm_cluster=slurm_cluster
+    ).first()
     if found:
         return found
-    member = Membership(unit=unit, user=user, slurm_username=slurm_username)
+    member = Membership(unit=unit, user=user, slurm_username=slurm_username, slurm_cluster=slurm_cluster)
     full_clean(member)
     member.save()
     who = slurm_username or (user.get_username() if user else "")
@@ -78,7 +95,11 @@ def membership_add(
                 obj_id=member.pk,
                 obj_repr=f"{unit.path} {who}",
                 before=None,
-                after={"user": user.get_username() if user else None, "slurm_username": slurm_username},
+                after={
+                    "user": user.get_username() if user else None,
+                    "slurm_username": slurm_username,
+                    "slurm_cluster": slurm_cluster.name if slurm_cluster else None,
+                },
                 reason=reason,
                 unit_path=unit.path,
             )
@@ -117,10 +138,16 @@ def namespace_unbind(*, actor: Actor, reason: str, unit: OrgUnit, cluster: Clust
 
 @transaction.atomic
 def membership_remove(
-    *, actor: Actor, reason: str, unit: OrgUnit, user: User | None = None, slurm_username: str = ""
+    *,
+    actor: Actor,
+    reason: str,
+    unit: OrgUnit,
+    user: User | None = None,
+    slurm_username: str = "",
+    slurm_cluster: Cluster | None = None,
 ) -> int:
-    """Remove the member of ``unit`` with this user and/or Slurm username; returns how many rows went.
-    InputError when there is no such member."""
+    """Remove the member of ``unit`` with this user and/or Slurm username (on ``slurm_cluster`` only, when
+    given); returns how many rows went. InputError when there is no such member."""
     reason = require_reason(reason)
     if user is None and not slurm_username:
         raise InputError("slurm_username", "say which member: a user or a Slurm username", "give at least one")
@@ -130,7 +157,9 @@ def membership_remove(
         found = found.filter(user=user)
     if slurm_username:
         found = found.filter(slurm_username=slurm_username)
-    members = list(found.select_related("user"))
+    if slurm_cluster is not None:
+        found = found.filter(slurm_cluster=slurm_cluster)
+    members = list(found.select_related("user", "slurm_cluster"))
     if not members:
         who = slurm_username or (user.get_username() if user else "")
         raise InputError("slurm_username", f"{who} is not a member of {unit.path}", "see the unit's members")
@@ -142,7 +171,11 @@ def membership_remove(
                 obj_type="membership",
                 obj_id=m.pk,
                 obj_repr=f"{unit.path} {m.slurm_username or (m.user.get_username() if m.user else '')}",
-                before={"user": m.user.get_username() if m.user else None, "slurm_username": m.slurm_username},
+                before={
+                    "user": m.user.get_username() if m.user else None,
+                    "slurm_username": m.slurm_username,
+                    "slurm_cluster": m.slurm_cluster.name if m.slurm_cluster else None,
+                },
                 after=None,
                 reason=reason,
                 unit_path=unit.path,

@@ -82,7 +82,10 @@ def slurm_import(*, actor: Actor, reason: str, cluster: Cluster, plan: SlurmImpo
             quota.quota_set_bulk(actor=actor, reason=reason, changes=changes)
             result.quotas += len(changes)
         for username in sorted(set(item.members)):
-            bindings.membership_add(actor=actor, reason=reason, unit=unit, slurm_username=username)
+            # on this cluster only: the site's users are not given accounts on every other Slurm cluster
+            bindings.membership_add(
+                actor=actor, reason=reason, unit=unit, slurm_username=username, slurm_cluster=cluster
+            )
             result.members += 1
     return result
 

@@ -248,3 +248,23 @@ def test_workload_records_follow_the_usage_read_rule(demo, settings):
     )
     assert signed_in("lead-serving").get("/api/v1/workload-records/").json()["count"] == 0
     assert signed_in("lead-nlp").get("/api/v1/workload-records/").json()["count"] == 1
+
+
+def test_a_member_is_added_on_one_slurm_cluster_from_the_unit_page(demo, admin_client: Client):
+    """Issue #41: the members form offers every Slurm cluster or one; the list says which."""
+    from quotas.models import Cluster, Membership
+
+    nlp = unit("acme/research/nlp")
+    lab = Cluster.objects.get(name="slurm-lab")
+    page = admin_client.get(f"/units/{nlp.pk}/").content.decode()
+    assert (
+        '<option value="">every Slurm cluster</option>' in page and f'<option value="{lab.pk}">slurm-lab only' in page
+    )
+    url = f"/units/{nlp.pk}/administer/"
+    form = {"action": "member_add", "slurm_username": "zoe", "slurm_cluster": str(lab.pk), "reason": "lab only"}
+    admin_client.post(url, form)
+    assert Membership.objects.get(unit=nlp, slurm_username="zoe").slurm_cluster == lab
+    assert 'zoe <span class="muted">on slurm-lab only</span>' in admin_client.get(f"/units/{nlp.pk}/").content.decode()
+    wrong = admin_client.post(url, {**form, "slurm_username": "yan", "slurm_cluster": "999999"}, follow=True)
+    assert "no such Slurm cluster" in wrong.content.decode()
+    assert not Membership.objects.filter(slurm_username="yan").exists()  # refused, nothing saved

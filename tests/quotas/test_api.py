@@ -4,6 +4,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from quotas import services
 from quotas.models import AuditEvent, Quota
 
 pytestmark = pytest.mark.django_db
@@ -345,7 +346,8 @@ def test_leads_members_and_namespaces_through_the_api_each_audited(api, org):
 
     members = f"/api/v1/units/{org.nlp.pk}/members/"
     added = api.post(members, {"slurm_username": "alice", "user": "lee", "reason": "joins"}, format="json")
-    assert added.status_code == 200 and added.json() == [{"user": "lee", "slurm_username": "alice"}]
+    assert added.status_code == 200
+    assert added.json() == [{"user": "lee", "slurm_username": "alice", "slurm_cluster": None}]
     gone = api.post(members + "remove/", {"slurm_username": "alice", "reason": "left"}, format="json")
     assert gone.status_code == 200 and gone.json() == []
     again = api.post(members + "remove/", {"slurm_username": "alice", "reason": "left"}, format="json")
@@ -384,3 +386,38 @@ def test_an_archived_unit_comes_back_with_its_subtree_and_quotas(api, org):
     refused = api.post(f"/api/v1/units/{org.nlp.pk}/unarchive/", {"reason": "r"}, format="json")
     assert refused.status_code == 400 and refused.json()["violations"]
     assert api.get(f"/api/v1/units/{org.nlp.pk}/").json()["archived"]
+
+
+def test_a_member_on_one_slurm_cluster_has_an_association_there_only(api, org):
+    """Issue #41: memberships are per cluster. A member named on one Slurm cluster (as an import makes
+    them) is in that cluster's target only; a member without one is on every Slurm cluster."""
+    from quotas.models import ClusterKind
+    from quotas.selectors import slurm_target
+
+    lab = services.cluster_set(actor=org.admin, reason="t", name="lab", connection_ref="slurm:lab")
+    site = services.cluster_set(
+        actor=org.admin, reason="t", name="site", kind=ClusterKind.SLURM, connection_ref="slurm:site"
+    )
+    members = f"/api/v1/units/{org.vision.pk}/members/"
+    on_site = api.post(members, {"slurm_username": "erin", "slurm_cluster": "site", "reason": "site"}, format="json")
+    assert on_site.status_code == 200, on_site.json()
+    assert on_site.json() == [{"user": None, "slurm_username": "erin", "slurm_cluster": "site"}]
+    api.post(members, {"slurm_username": "bob", "reason": "everywhere"}, format="json")
+    assert slurm_target(site).members[org.vision.pk] == ("bob", "erin")
+    assert slurm_target(lab).members[org.vision.pk] == ("bob",)
+    audit = AuditEvent.objects.get(action="membership_add", reason="site")
+    assert audit.after == {"user": None, "slurm_username": "erin", "slurm_cluster": "site"}
+
+    kube = api.post(members, {"slurm_username": "erin", "slurm_cluster": "west", "reason": "r"}, format="json")
+    assert kube.status_code == 400 and "west is a kubernetes cluster" in kube.json()["slurm_cluster"][0]
+    nobody = api.post(members, {"user": "platform-admin", "slurm_cluster": "site", "reason": "r"}, format="json")
+    assert nobody.status_code == 400 and "only for a Slurm username" in nobody.json()["slurm_cluster"][0]
+    # on site and everywhere are two memberships; removing the one on site leaves the other
+    api.post(members, {"slurm_username": "erin", "reason": "everywhere too"}, format="json")
+    gone = api.post(
+        members + "remove/", {"slurm_username": "erin", "slurm_cluster": "site", "reason": "r"}, format="json"
+    )
+    assert gone.status_code == 200 and {"user": None, "slurm_username": "erin", "slurm_cluster": None} in gone.json()
+    assert slurm_target(lab).members[org.vision.pk] == ("bob", "erin")
+    removed = AuditEvent.objects.get(action="membership_remove")
+    assert removed.before is not None and removed.before["slurm_cluster"] == "site"

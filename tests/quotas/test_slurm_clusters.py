@@ -170,3 +170,115 @@ def test_importing_a_hand_made_site_lists_what_it_cannot_carry_and_imports_only_
         _sh("sacctmgr", "-i", "delete", "user", "where", "name=ann", "cluster=other")
         _sh("sacctmgr", "-i", "delete", "account", "where", "name=survey,astro", "cluster=other")
         _sh("sacctmgr", "-i", "delete", "qos", "where", "name=guar-astro,tier-debug,long")
+
+
+SITE = [
+    ("add", "qos", "site-long", "Description=long jobs", "MaxWall=2880"),
+    ("add", "account", "physics", "cluster=site", "Description=physics department", "Organization=uni"),
+    ("add", "account", "hep", "cluster=site", "parent=physics", "Description=particle physics", "Organization=uni"),
+    ("add", "account", "astro", "cluster=site", "Description=astronomy", "Organization=uni", "QOS=normal,site-long"),
+    ("add", "user", "alice", "account=hep", "cluster=site", "DefaultAccount=hep"),
+    ("add", "user", "erin", "account=astro", "cluster=site", "DefaultAccount=astro"),
+]  # fmt: skip
+SITE_ACCOUNTS = ("physics", "hep", "astro")
+
+
+def _site_seen(cluster: str) -> str:
+    """The site's own records on ``cluster``: its accounts' associations, their global account records
+    (Description and Organization are one record for every cluster) and every user's default account."""
+    fields = f"format={','.join(ASSOC_FORMAT)}"
+    names = ",".join(SITE_ACCOUNTS)
+    assoc = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", f"account={names}", fields)
+    records = _sh("sacctmgr", "-n", "-P", "show", "account", f"names={names}", "format=Account,Descr,Org")
+    return "\n".join([assoc.stdout, records.stdout])
+
+
+def _defaults(cluster: str) -> dict[str, str]:
+    """Each user with an association on ``cluster`` → its default account there."""
+    where = ("where", f"cluster={cluster}", "format=User,DefaultAccount")
+    users = _sh("sacctmgr", "-n", "-P", "show", "user", "withassoc", *where)
+    return dict(line.split("|")[:2] for line in users.stdout.splitlines() if line.split("|")[1])
+
+
+def test_a_hand_made_site_and_two_allot_clusters_in_one_slurmdbd_leave_each_other_byte_for_byte(two):
+    """Issue #41: after a hand-made site is imported, no other cluster's sync creates the site's accounts
+    (memberships are per cluster: the import's hold on the site only), no sync writes a global account
+    record the site owns, and every user's default account stays what it was on every cluster."""
+    import io
+
+    from django.core.management import call_command
+
+    from quotas.models import Membership
+
+    if "site" not in _sh("sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster").stdout.split():
+        assert _sh("sacctmgr", "-i", "add", "cluster", "site").returncode == 0
+    try:
+        for argv in SITE:
+            done = _sh("sacctmgr", "-i", *argv)
+            assert done.returncode == 0, (argv, done.stdout, done.stderr)
+        two.other = services.cluster_set(actor=two.admin, reason="t", name="slurm-other", slurm_qos_prefix="o-")
+        _give_other_quota(two)
+        for cluster in (two.slurm, two.other):
+            assert cluster_sync(actor=two.admin, reason="before", cluster=cluster).status in ("applied", "in_sync")
+        before = {name: _seen(name) for name in ("lab", "other")}
+        site_before = _site_seen("site")
+        defaults = {name: _defaults(name) for name in ("lab", "other", "site")}
+        assert defaults["site"]["alice"] == "hep" and defaults["lab"]["alice"] == "nlp"
+
+        site = services.cluster_set(
+            actor=two.admin, reason="t", name="slurm-site", kind=ClusterKind.SLURM, connection_ref="slurm:site",
+            slurm_qos_prefix="s-",
+        )  # fmt: skip
+        services.flavor_set(
+            actor=two.admin, reason="t", cluster=site, name="h100", accelerator_model="H100", device_memory_gb=80,
+            physical_devices=8,
+        )  # fmt: skip
+        call_command("allot_import_slurm", "--cluster", "slurm-site", "--accept-notes", stdout=io.StringIO())
+        imported = Membership.objects.filter(unit__slug__in=SITE_ACCOUNTS)
+        assert {(m.unit.slug, m.slurm_username, m.slurm_cluster_id) for m in imported} == {
+            ("hep", "alice", site.pk),
+            ("astro", "erin", site.pk),
+        }, "the site's members are members on the site only"
+
+        for cluster in (two.slurm, two.other, site):
+            run = cluster_sync(actor=two.admin, reason="after the import", cluster=cluster)
+            assert run.status in ("applied", "in_sync", "partial"), run.message
+            if cluster != site:  # the site's units are not wanted there at all (not merely refused as not ours)
+                refused = SyncObject.objects.filter(run=run, outcome=SyncOutcome.NOT_OURS).values_list(
+                    "name", flat=True
+                )
+                assert not set(refused) & set(SITE_ACCOUNTS), (cluster.name, sorted(refused))
+            for name in ("lab", "other"):
+                assert _seen(name) == before[name], f"syncing {cluster.name} changed {name}"
+            assert _site_seen("site") == site_before, f"syncing {cluster.name} changed the site's own records"
+        for name, had in defaults.items():  # a user new on a cluster gets one; none that had one loses it
+            now = _defaults(name)
+            assert {user: now.get(user) for user in had} == had, f"default accounts changed on {name}"
+        for name in ("lab", "other"):
+            listed = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={name}", "format=Account").stdout
+            assert not set(listed.split()) & set(SITE_ACCOUNTS), f"the site's accounts were created on {name}"
+        for cluster in (two.slurm, two.other, site):  # and it converges: nothing more to write anywhere
+            run = cluster_sync(actor=two.admin, reason="again", cluster=cluster)
+            assert not SyncObject.objects.filter(run=run, outcome__in=WRITES).exists(), cluster.name
+    finally:
+        _clear("site")
+        qos = _sh("sacctmgr", "-n", "-P", "show", "qos", "format=Name,Description").stdout.splitlines()
+        theirs = [line.split("|")[0] for line in qos if line.split("|")[1].startswith("allot@site:")]
+        _sh("sacctmgr", "-i", "delete", "qos", "where", f"name={','.join([*theirs, 'site-long'])}")
+
+
+def _clear(cluster: str) -> None:
+    """Remove every association of ``cluster`` but root's. sacctmgr refuses to remove a user's default
+    account together with their other associations ("You can not remove the default account of a
+    user"), so each user's other associations go first, one at a time."""
+    defaults = _defaults(cluster)
+    rows = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", "format=Account,User").stdout
+    pairs = [line.split("|")[:2] for line in rows.splitlines()]
+    for account, user in sorted(pairs, key=lambda p: p[0] == defaults.get(p[1])):  # defaults last
+        if user and user != "root":
+            _sh("sacctmgr", "-i", "delete", "user", "where", f"name={user}", f"account={account}", f"cluster={cluster}")
+    accounts = sorted({account for account, _ in pairs} - {"root"})
+    if accounts:
+        _sh("sacctmgr", "-i", "delete", "account", "where", f"name={','.join(accounts)}", f"cluster={cluster}")
+    left = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", "format=Account").stdout.split()
+    assert set(left) <= {"root"}, f"{cluster} still holds {left}"

@@ -119,6 +119,14 @@ class MemberIn(ReasonMixin):
     user: Any = serializers.SlugRelatedField(
         slug_field="username", queryset=User.objects.all(), required=False, allow_null=True, default=None
     )
+    slurm_cluster: Any = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Cluster.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The one Slurm cluster the member's association is on; omit for every Slurm cluster.",
+    )
 
 
 class NamespaceIn(ReasonMixin):

@@ -119,6 +119,10 @@ class UnitViewSet(ReadViewSet):
 
 def _members(unit: OrgUnit) -> list[dict[str, Any]]:
     return [
-        {"user": m.user.get_username() if m.user else None, "slurm_username": m.slurm_username}
-        for m in unit.memberships.select_related("user").order_by("slurm_username", "user__username")
+        {
+            "user": m.user.get_username() if m.user else None,
+            "slurm_username": m.slurm_username,
+            "slurm_cluster": m.slurm_cluster.name if m.slurm_cluster else None,
+        }
+        for m in unit.memberships.select_related("user", "slurm_cluster").order_by("slurm_username", "user__username")
     ]
