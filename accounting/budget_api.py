@@ -21,27 +21,40 @@ from rest_framework.response import Response
 
 from accounting.services.budgets import budget_views
 from quotas.access import may_set_directly
+from quotas.api.serializers.fields import Count, Text
+from quotas.errors import MAX_TEXT
 from quotas.models import Budget, OrgUnit, ResourceFlavor
 from quotas.selectors import BUDGET_FIELDS
 from quotas.services.budgets import BudgetChange, budget_delete, budget_edit
 from quotas.services.change_requests import change_request_submit
 
+VERSION_REQUIRED: dict[str, Any] = {
+    "required": "Send the version you edited: the budget's `version` from GET (0 for a new one), so a change "
+    "never overwrites one you did not see.",
+    "null": "Send the version you edited (a number, not null): the budget's `version` from GET.",
+}
+
 
 class BudgetIn(serializers.Serializer):
     unit = serializers.CharField(help_text="Unit path, e.g. acme/research/vision.")
     flavor = serializers.CharField(help_text="cluster/flavor, e.g. west/a100.")
-    device_hours = serializers.IntegerField(required=False, allow_null=True, help_text="Per period; 0 or more.")
+    device_hours = Count(required=False, allow_null=True, help_text="Per period; 0 or more.")
     period = serializers.CharField(required=False, allow_null=True, help_text="month or quarter (UTC).")
     action = serializers.CharField(required=False, allow_null=True, help_text="report, no-borrowing, hold or deny.")
     tiers = serializers.ListField(
         child=serializers.CharField(), required=False, allow_null=True, help_text="Tiers it counts and stops."
     )
-    warn_percent = serializers.IntegerField(required=False, allow_null=True, help_text="1-100, default 80.")
-    carry_over_cap = serializers.IntegerField(required=False, allow_null=True, help_text="Device-hours; 0: none.")
+    warn_percent = Count(required=False, allow_null=True, help_text="1-100, default 80.")
+    carry_over_cap = Count(required=False, allow_null=True, help_text="Device-hours; 0: none.")
     oversubscription = serializers.CharField(required=False, allow_null=True, help_text="Children may add up to ×.")
     starts_on = serializers.CharField(required=False, allow_null=True, help_text="YYYY-MM-DD, a period's first day.")
-    version = serializers.IntegerField(required=False, allow_null=True, help_text="The version you edited (0: new).")
-    reason = serializers.CharField(max_length=4000, allow_blank=True, help_text="Why: kept in the audit trail.")
+    version = Count(
+        min_value=0,
+        help_text="The version you edited (the budget's `version` from GET; 0 for one that does not exist yet): "
+        "required, so an edit never overwrites one you did not see.",
+        error_messages=VERSION_REQUIRED,
+    )
+    reason = Text(max_length=MAX_TEXT, allow_blank=True, help_text="Why: kept in the audit trail.")
     request = serializers.BooleanField(
         default=False,
         help_text="Ask rather than set: a change request a lead above decides (answers 202 with its id). "
@@ -50,7 +63,12 @@ class BudgetIn(serializers.Serializer):
 
 
 class DeleteIn(serializers.Serializer):
-    reason = serializers.CharField(max_length=4000, allow_blank=True)
+    reason = Text(max_length=MAX_TEXT, allow_blank=True)
+    version = Count(
+        min_value=1,
+        help_text="The version you saw: a budget changed since is not removed (412).",
+        error_messages=VERSION_REQUIRED,
+    )
 
 
 BUDGET = inline_serializer(
@@ -138,5 +156,10 @@ def budget_delete_view(request: Request, pk: int) -> Response:
         raise NotFound(f"no budget #{pk}")
     body = DeleteIn(data=request.data)
     body.is_valid(raise_exception=True)
-    budget_delete(actor=request.user, reason=body.validated_data["reason"], budget=budget)
+    budget_delete(
+        actor=request.user,
+        reason=body.validated_data["reason"],
+        budget=budget,
+        expected_version=body.validated_data["version"],
+    )
     return Response(status=204)

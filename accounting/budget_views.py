@@ -22,6 +22,7 @@ from quotas.errors import InputError, StaleVersionError
 from quotas.models import Budget, OrgUnit, Quota, ResourceFlavor, WorkloadTier
 from quotas.policy import budgets as bud
 from quotas.policy.violations import PolicyViolationError, Violation
+from quotas.portal.edit import VERSION_MISSING, form_version
 from quotas.services.budgets import BudgetChange, budget_delete, budget_edit, budget_proposal
 
 ACTIONS = [
@@ -136,8 +137,9 @@ def _rows(unit: OrgUnit) -> list[FormRow]:
     return rows
 
 
-def _read(rows: list[FormRow], unit: OrgUnit, post: Any) -> tuple[list[BudgetChange], list[Budget]]:
-    """The changed budgets as asked, and the ones ticked for removal; each row keeps what was typed."""
+def _read(rows: list[FormRow], unit: OrgUnit, post: Any) -> tuple[list[BudgetChange], list[tuple[Budget, int]]]:
+    """The changed budgets as asked, and the ones ticked for removal with the version seen; each row keeps
+    what was typed. A row without a valid version of what it was made on gets an error, not a change."""
     changes, removed = [], []
     for row in rows:
         p = row.prefix
@@ -145,9 +147,13 @@ def _read(rows: list[FormRow], unit: OrgUnit, post: Any) -> tuple[list[BudgetCha
         asked["tiers"] = post.getlist(f"{p}-tiers")
         version = post.get(f"{p}-version", "")
         typed = {**asked, "version": version}
+        seen = form_version(version)
         if post.get(f"{p}-remove") and row.current is not None:
-            removed.append(row.current)
             row.values = {**row.values, **typed, "remove": True}
+            if seen is None:
+                row.errors["version"] = VERSION_MISSING
+            else:
+                removed.append((row.current, seen))
             continue
         if row.current is None and not asked["device_hours"]:
             row.values = {**row.values, **typed}
@@ -160,17 +166,16 @@ def _read(rows: list[FormRow], unit: OrgUnit, post: Any) -> tuple[list[BudgetCha
         row.values = {**row.values, **typed}
         if unchanged:
             continue
-        try:
-            expected = int(version) if version else None
-        except ValueError:
-            expected = None
+        if seen is None:  # never the current version: that would hide a change made meanwhile
+            row.errors["version"] = VERSION_MISSING
+            continue
         changes.append(
             BudgetChange(
                 unit.pk,
                 row.flavor.pk,
                 **{name: (asked[name] if asked[name] != "" else None) for name in INPUTS},
                 tiers=asked["tiers"] or None,
-                expected_version=expected,
+                expected_version=seen,
             )
         )
     return changes, removed
@@ -199,9 +204,22 @@ def _page(request: HttpRequest, unit: OrgUnit, rows: list[FormRow], status: int 
     for row in rows:
         if row.values.get("tiers") is None:
             row.values["tiers"] = defaults
+    labels = {"version": "version", "period": "period", "action": "when spent", "tiers": "tiers"}
+    labels |= {f["name"]: f["label"] for row in rows[:1] for f in row.fields}
+    row_errors = [
+        {
+            "flavor": row.flavor.key,
+            "label": labels.get(name, name),
+            "message": message,
+            "anchor": f"{row.prefix}-version-error" if name == "version" else f"{row.prefix}-{name}",
+        }
+        for row in rows
+        for name, message in row.errors.items()
+    ]
     context = {
         "unit": unit,
         "rows": rows,
+        "row_errors": row_errors,
         "tiers": tiers,
         "actions": ACTIONS,
         "direct": may_set_directly(request.user, unit),
@@ -218,7 +236,7 @@ def budgets_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
     if request.method != "POST":
         return _page(request, unit, rows)
     changes, removed = _read(rows, unit, request.POST)
-    if not changes and not removed:
+    if not changes and not removed and not any(row.errors for row in rows):
         messages.info(request, "Nothing changed: no budget was saved.")
         return redirect("quotas:unit", unit_id=unit.pk)
     _errors(rows, changes)
@@ -233,8 +251,8 @@ def budgets_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
         if direct:
             if changes:
                 budget_edit(actor=request.user, reason=reason, changes=changes)
-            for budget in removed:
-                budget_delete(actor=request.user, reason=reason, budget=budget)
+            for budget, seen in removed:
+                budget_delete(actor=request.user, reason=reason, budget=budget, expected_version=seen)
             messages.success(request, f"Saved {len(changes) + len(removed)} budget change(s) on {unit.path}.")
             return redirect("quotas:unit", unit_id=unit.pk)
         created = services.change_request_submit(actor=request.user, reason=reason, changes=changes)

@@ -45,10 +45,10 @@ class BudgetChange:
 def _int(name: str, value: Any, low: int, high: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InputError(name, f"{value!r} is not a whole number", f"give {what}")
-    try:
-        number = int(str(value).strip().replace(",", "").replace("_", ""))
-    except ValueError:
-        raise InputError(name, f"{value!r} is not a whole number", f"give {what}") from None
+    text = str(value).strip().replace(",", "")
+    if not (text.isascii() and text.removeprefix("-").isdigit()):  # int() also reads "٤٧", "４７" and "1_0"
+        raise InputError(name, f"{value!r} is not a whole number written with the digits 0-9", f"give {what}")
+    number = int(text)
     if not low <= number <= high:
         raise InputError(name, f"{number:,} is outside {low:,}–{high:,}", f"give {what}")
     return number
@@ -103,10 +103,15 @@ def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
         out["oversubscription"] = current.get("oversubscription", Decimal(1))
     else:
         try:
-            out["oversubscription"] = Decimal(str(value)).quantize(Decimal("0.01"))
+            factor = Decimal(str(value).strip())
+            if not factor.is_finite() or not str(value).strip().isascii():  # "NaN", "Infinity", "١٫٢"
+                raise InvalidOperation
+            out["oversubscription"] = factor.quantize(Decimal("0.01"))
         except InvalidOperation:
             raise InputError(
-                "oversubscription", f"{value!r} is not a number", "give a factor such as 1 or 1.25"
+                "oversubscription",
+                f"{value!r} is not a number",
+                f"give a factor from 1 to {bud.MAX_OVERSUBSCRIPTION:g}, such as 1 or 1.25",
             ) from None
     value = asked["starts_on"]
     if value is None or value == "":
@@ -118,7 +123,15 @@ def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
             out["starts_on"] = date.fromisoformat(str(value))
         except ValueError:
             raise InputError("starts_on", f"{value!r} is not a date", "give the first day as YYYY-MM-DD") from None
+    if out["starts_on"] is not None and not FIRST_DAY <= out["starts_on"] <= LAST_DAY:
+        raise InputError(
+            "starts_on", f"{out['starts_on']} is out of range", f"give a day from {FIRST_DAY} to {LAST_DAY}"
+        )
     return out
+
+
+FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2999, 12, 1)
+"""The days a budget may start on: its periods (and their ends) must be dates Python and PostgreSQL hold."""
 
 
 def _row_dict(row: Budget) -> dict[str, Any]:
@@ -271,12 +284,18 @@ def budget_set(*, actor: Actor, reason: str, change: BudgetChange) -> Budget:
 
 
 @transaction.atomic
-def budget_delete(*, actor: Actor, reason: str, budget: Budget) -> None:
+def budget_delete(*, actor: Actor, reason: str, budget: Budget, expected_version: int) -> None:
     """Remove a budget with its spend history (the audit row keeps what it was); its children's
-    budgets stand on their own. Allowed where the actor may set it (see :func:`budget_edit`)."""
+    budgets stand on their own. Allowed where the actor may set it (see :func:`budget_edit`).
+    ``expected_version`` is the version the person saw: a budget changed since is not removed
+    (StaleVersionError), as an edit of it would not be saved."""
     reason = require_reason(reason)
     budget = Budget.objects.select_for_update().select_related("unit", "flavor__cluster").get(pk=budget.pk)
     _may_set(actor, [budget.unit], "remove")
+    if expected_version != budget.version:
+        raise StaleVersionError(
+            f"budget of {budget.unit.path} on {budget.flavor.key}", expected_version, _row_dict(budget)
+        )
     before = _row_dict(budget)
     path, key = budget.unit.path, budget.flavor.key
     pk = budget.pk
@@ -301,8 +320,20 @@ def budget_delete(*, actor: Actor, reason: str, budget: Budget) -> None:
 def budget_edit(*, actor: Actor, reason: str, changes: Sequence[BudgetChange]) -> list[Budget]:
     """A person's budget edit (portal or API): allowed where they may set quotas directly
     (:mod:`quotas.access`), else NotAllowedError saying to ask with a change request."""
+    require_versions(changes)
     _may_set(actor, OrgUnit.objects.filter(pk__in={c.unit_id for c in changes}).order_by("path"), "set")
     return budget_set_bulk(actor=actor, reason=reason, changes=changes)
+
+
+def require_versions(changes: Sequence[BudgetChange]) -> None:
+    """A person's edit names the version it was made on (0: a new budget); without it a change made on
+    an old page would overwrite one made meanwhile. InputError naming the field and the fix."""
+    if any(c.expected_version is None for c in changes):
+        raise InputError(
+            "version",
+            "the edit does not say which version of the budget it was made on",
+            "send the budget's version from GET (0 for a new one), or reload the page and make the change again",
+        )
 
 
 def _may_set(actor: Actor, units: Iterable[OrgUnit], verb: str) -> None:

@@ -189,3 +189,28 @@ def test_showback_carries_each_units_budget_spent_left_and_when_it_runs_out(demo
     assert others and all(x["budget_h"] is None for x in others)
     page = client.get("/showback/", {"month": f"{start:%Y-%m}", "within": "acme/research"}).content.decode()
     assert "100 h: 50 spent, 50 left" in page
+
+
+@pytest.mark.parametrize("version", ["", "abc", "²", "٤٧"])
+def test_a_budget_form_without_a_valid_version_saves_nothing_and_says_why_on_top(demo, version):
+    """Issue #42: the form skipped the optimistic lock when the version was missing or not a number."""
+    head, team, a100 = signed_in("head-research"), unit("acme/research/nlp"), flavor()
+    p = f"b{a100.pk}"
+    data = {**form(head, team), f"{p}-device_hours": "20000", f"{p}-version": version, "reason": "plan"}
+    response = head.post(f"/units/{team.pk}/budgets/", data)
+    assert response.status_code == 400 and not Budget.objects.exists()
+    html = response.content.decode()
+    assert 'id="errors"' in html and "Not saved: 1 field to fix." in html
+    assert f'href="#{p}-version-error"' in html and "reload the page" in html
+
+
+def test_a_stale_removal_keeps_the_budget_someone_changed_meanwhile(demo):
+    head, team, a100 = signed_in("head-research"), unit("acme/research/nlp"), flavor()
+    p = f"b{a100.pk}"
+    head.post(f"/units/{team.pk}/budgets/", {**form(head, team), f"{p}-device_hours": "20000", "reason": "first"})
+    seen = form(head, team)  # version 1 on this page
+    other = signed_in("admin")
+    other.post(f"/units/{team.pk}/budgets/", {**form(other, team), f"{p}-device_hours": "30000", "reason": "raise"})
+    response = head.post(f"/units/{team.pk}/budgets/", {**seen, f"{p}-remove": "1", "reason": "not needed"})
+    assert response.status_code == 409 and "Nothing was saved" in response.content.decode()
+    assert Budget.objects.get(unit=team, flavor=a100).device_hours == 30000

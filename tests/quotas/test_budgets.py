@@ -193,7 +193,7 @@ def test_a_budget_starting_next_period_counts_nothing_yet(tiers):
 def test_the_api_sets_lists_and_removes_budgets_and_names_bad_fields(tiers, client):
     client.force_login(tiers.admin)
     body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "action": "hold",
-            "reason": "q2 plan"}  # fmt: skip
+            "reason": "q2 plan", "version": 0}  # fmt: skip
     made = client.post("/api/v1/budgets/", body, content_type="application/json")
     assert made.status_code == 201, made.content
     data = made.json()
@@ -206,13 +206,63 @@ def test_the_api_sets_lists_and_removes_budgets_and_names_bad_fields(tiers, clie
     assert data["tiers"] == ["P1", "P2"] and data["remaining"] == 800
     listed = client.get("/api/v1/budgets/", {"unit": "acme/research"}).json()
     assert [b["unit_path"] for b in listed] == ["acme/research/nlp"]
-    bad = client.post("/api/v1/budgets/", {**body, "carry_over_cap": 900}, content_type="application/json")
+    bad = client.post(
+        "/api/v1/budgets/", {**body, "carry_over_cap": 900, "version": 1}, content_type="application/json"
+    )
     assert bad.status_code == 400 and "carry_over_cap" in bad.content.decode()
-    no_reason = client.post("/api/v1/budgets/", {**body, "reason": ""}, content_type="application/json")
+    no_reason = client.post("/api/v1/budgets/", {**body, "reason": "", "version": 1}, content_type="application/json")
     assert no_reason.status_code == 400 and "reason" in no_reason.json()
-    gone = client.delete(f"/api/v1/budgets/{data['id']}/", {"reason": "not needed"}, content_type="application/json")
+    gone = client.delete(
+        f"/api/v1/budgets/{data['id']}/", {"reason": "not needed", "version": 1}, content_type="application/json"
+    )
     assert gone.status_code == 204
     assert AuditEvent.objects.filter(action="budget_delete").count() == 1
+
+
+@pytest.mark.parametrize("version", [None, "missing", "abc", "²", "٤٧", "４７", True, ""])
+def test_a_budget_edit_without_the_version_it_was_made_on_is_refused_and_changes_nothing(tiers, client, version):
+    """Issue #42: the budget API skipped the optimistic lock when the version was missing, null, "abc" or "²"
+    (another person's change was overwritten); a version written with other digits than 0-9 read as a number."""
+    from quotas.models import Budget
+
+    client.force_login(tiers.admin)
+    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "reason": "first", "version": 0}
+    assert client.post("/api/v1/budgets/", body, content_type="application/json").status_code == 201
+    theirs = client.post(
+        "/api/v1/budgets/", {**body, "device_hours": 600, "version": 1}, content_type="application/json"
+    )
+    assert theirs.status_code == 201  # someone else's change: version 2 now
+    mine = {**body, "device_hours": 900, "reason": "mine"}
+    if version == "missing":
+        del mine["version"]
+    else:
+        mine["version"] = version
+    lost = client.post("/api/v1/budgets/", mine, content_type="application/json")
+    assert lost.status_code == 400 and "version" in lost.json(), lost.content
+    assert Budget.objects.get().device_hours == 600
+
+
+def test_a_stale_edit_or_removal_of_a_budget_is_refused_and_bad_values_name_their_field(tiers, client):
+    from quotas.models import Budget
+
+    client.force_login(tiers.admin)
+    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "reason": "first", "version": 0}
+    made = client.post("/api/v1/budgets/", body, content_type="application/json").json()
+    client.post("/api/v1/budgets/", {**body, "device_hours": 600, "version": 1}, content_type="application/json")
+    stale = client.post(
+        "/api/v1/budgets/", {**body, "device_hours": 900, "version": 1}, content_type="application/json"
+    )
+    assert stale.status_code == 412 and "changed since version 1" in stale.json()["detail"], stale.content
+    url = f"/api/v1/budgets/{made['id']}/"
+    removal = client.delete(url, {"reason": "old page", "version": 1}, content_type="application/json")
+    assert removal.status_code == 412 and Budget.objects.get().device_hours == 600
+    unsaid = client.delete(url, {"reason": "no version"}, content_type="application/json")
+    assert unsaid.status_code == 400 and "version" in unsaid.json()
+    for name, value in (("oversubscription", "NaN"), ("oversubscription", "Infinity"), ("starts_on", "9999-12-01"),
+                        ("device_hours", "٤٧"), ("warn_percent", "４７"), ("carry_over_cap", True)):  # fmt: skip
+        bad = client.post("/api/v1/budgets/", {**body, name: value, "version": 2}, content_type="application/json")
+        assert bad.status_code == 400 and name in bad.json(), (name, value, bad.content)
+    assert Budget.objects.get().version == 2
 
 
 def test_a_lead_asks_for_their_own_units_budget_through_the_api(tiers, client):
@@ -223,7 +273,7 @@ def test_a_lead_asks_for_their_own_units_budget_through_the_api(tiers, client):
     lead = User.objects.create_user("lead-nlp")
     tiers.nlp.leads.add(lead)
     client.force_login(lead)
-    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "reason": "q2 plan"}
+    body = {"unit": "acme/research/nlp", "flavor": "west/a100", "device_hours": 800, "reason": "q2 plan", "version": 0}
     refused = client.post("/api/v1/budgets/", body, content_type="application/json")
     assert refused.status_code == 403 and "change request" in refused.content.decode()
     asked = client.post("/api/v1/budgets/", {**body, "request": True}, content_type="application/json")

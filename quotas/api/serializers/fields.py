@@ -44,6 +44,26 @@ class Text(serializers.CharField):
         return str(super().to_internal_value(data))
 
 
+class Count(serializers.IntegerField):
+    """A whole number as JSON writes it, or as text of the ASCII digits 0-9 (``"47"``). DRF's own field takes
+    ``"٤٧"`` and ``"４７"`` through ``int()``, and ``true`` as 1: refused here, naming the field."""
+
+    default_error_messages = {
+        "ascii": "Must be a whole number written with the digits 0-9 (got {value!r}).",
+        "boolean": "Must be a whole number, not true or false.",
+    }
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool):
+            self.fail("boolean")
+        if isinstance(data, str):
+            text = data.strip()
+            digits = text[1:] if text.startswith("-") else text
+            if not (digits.isascii() and digits.isdigit()):
+                self.fail("ascii", value=data[:40])
+        return int(super().to_internal_value(data))
+
+
 class ReasonMixin(serializers.Serializer):
     reason = Text(max_length=MAX_TEXT, help_text="Why this change is made; kept in the audit trail.")
 
