@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from accounting.charts import comparison_rows
 from accounting.services.plan import backtest_what_if, latest_month
 from quotas.access import led_paths, may_read_costs
+from quotas.errors import form_id
 from quotas.models import OrgUnit
 from quotas.policy.quantity import QuantityError, Resource, parse_quantity
 from quotas.policy.snapshot import Quota
@@ -45,7 +46,7 @@ def _proposed(unit: OrgUnit, data: Any) -> tuple[str, dict[tuple[int, str], Quot
     if data.get("flavor") and data.get("resource"):
         if data.get("resource") != Resource.GPU.value:
             return unit.path, {}
-        fid = int(data["flavor"]) if str(data["flavor"]).isdigit() else 0
+        fid = form_id(data["flavor"])  # "²".isdigit() is true: int() then failed with a 500
         key = keys.get(fid)
         for child in snapshot.children.get(unit.pk, ()) if key else ():
             assert key is not None

@@ -36,10 +36,16 @@ MAX_TEXT = 4000
 """The longest reason or comment accepted (characters): a few paragraphs; link a document for more."""
 
 
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Characters that reorder the text around them (U+202A–U+202E, U+2066–U+2069): in a reason they make the
+audit trail read otherwise than it was written ("Trojan Source")."""
+
+
 def control_character(text: str) -> str | None:
-    """The first control character in ``text`` other than tab and line breaks, as ``U+XXXX``."""
+    """The first control character in ``text`` other than tab and line breaks, or bidirectional control,
+    as ``U+XXXX``."""
     for char in text:
-        if (ord(char) < 32 and char not in "\t\n\r") or 127 <= ord(char) < 160:
+        if (ord(char) < 32 and char not in "\t\n\r") or 127 <= ord(char) < 160 or char in BIDI_CONTROLS:
             return f"U+{ord(char):04X}"
     return None
 

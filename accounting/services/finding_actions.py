@@ -38,14 +38,14 @@ def request_suggested_change(*, actor: Viewer, action: Mapping[str, Any], reason
     lendable part down with it (lendable ≤ guarantee). Approved through the usual flow."""
     if action.get("kind") == "budget":  # a budget finding's: raise the budget
         raise_to = BudgetChange(int(action["unit"]), int(action["flavor"]), device_hours=action["device_hours"])
-        return change_request_submit(actor=actor, reason=reason[:2000], changes=[raise_to])
+        return change_request_submit(actor=actor, reason=reason, changes=[raise_to])
     guarantee, lendable, burst = action.get("guarantee"), action.get("lendable"), action.get("burst")
     if guarantee is not None and lendable is None:
         current = Quota.objects.filter(unit_id=action["unit"], flavor_id=action["flavor"], resource=GPU).first()
         if current and current.lendable > guarantee:
             lendable = guarantee
     change = QuotaChange(int(action["unit"]), int(action["flavor"]), Resource.GPU, guarantee, burst, lendable)
-    return change_request_submit(actor=actor, reason=reason[:2000], changes=[change])
+    return change_request_submit(actor=actor, reason=reason, changes=[change])
 
 
 def _may_act(actor: Viewer, finding: Finding) -> None:

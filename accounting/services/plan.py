@@ -263,7 +263,7 @@ def plan_accept(*, actor: Any, unit: OrgUnit, month: str, items: Sequence[int] |
     invariants as one change — as **one** change request, approved through the usual flow by someone
     above every unit it changes and applied atomically. InputError naming the items a choice needs,
     or the indexes that do not exist; the change request service checks who may ask (and audits)."""
-    from quotas.errors import InputError
+    from quotas.errors import MAX_TEXT, InputError
     from quotas.services.change_requests import change_request_submit
     from quotas.services.quota import QuotaChange
 
@@ -300,12 +300,20 @@ def plan_accept(*, actor: Any, unit: OrgUnit, month: str, items: Sequence[int] |
     ]
     what = "the whole plan" if chosen == mine else f"items {', '.join(map(str, chosen))} of the plan"
     before, after = report.totals()["today"], report.totals()["plan"]
-    why = (reason.strip() + " — " if reason.strip() else "") + (
+    summary = (
         f"governance plan {unit.path} {month}, {what}: backtested on {month}, queued "
         f"{before['queued_h']:,.0f} → {after['queued_h']:,.0f} device-hours, idle guarantee "
         f"{before['idle_guarantee_h']:,.0f} → {after['idle_guarantee_h']:,.0f}"
     )
-    return change_request_submit(actor=actor, reason=why[:2000], changes=changes)
+    room = MAX_TEXT - len(summary) - 3
+    if len(reason.strip()) > room:  # never cut: the approver reads what was written, or nothing is sent
+        raise InputError(
+            "reason",
+            f"{len(reason.strip()):,} characters is more than the {room:,} left beside the plan's summary",
+            "shorten it, or link a document with the rest",
+        )
+    why = (reason.strip() + " — " if reason.strip() else "") + summary
+    return change_request_submit(actor=actor, reason=why, changes=changes)
 
 
 def latest_month(path: str) -> str | None:

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from quotas import services
 from quotas.access import NotAllowedError, is_platform_admin
-from quotas.errors import InputError, form_id
+from quotas.errors import PLAIN_TEXT, InputError, control_character, form_id
 from quotas.models import Cluster, ClusterKind, NamespaceBinding, OrgUnit
 from quotas.policy import UnitKind
 from quotas.policy.violations import PolicyViolationError
@@ -45,7 +45,13 @@ def _users(text: str) -> list[User]:
 
 
 def _run(request: HttpRequest, done: Callable[[], str]) -> bool:
-    """Call a service; put its success or its refusal (field and reason) in the messages."""
+    """Call a service; put its success or its refusal (field and reason) in the messages. A field holding a
+    control character (a NUL byte, which PostgreSQL cannot store or even look up) is refused first, by name."""
+    for name, values in request.POST.lists():
+        bad = next((c for c in map(control_character, values) if c), None)
+        if bad:
+            messages.error(request, f"{name}: contains the control character {bad}: {PLAIN_TEXT}")
+            return False
     try:
         messages.success(request, done())
         return True

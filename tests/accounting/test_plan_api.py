@@ -54,6 +54,12 @@ def test_the_whole_plan_is_one_change_request_and_the_month_keeps_its_plan_once_
     assert alone.status_code == 400 and f"add items {nlp['index']}" in str(alone.json())
     assert ChangeRequest.objects.count() == 0  # nothing recorded
 
+    long = admin_client.post(
+        "/api/v1/plans/accept/", {"unit": "acme", "month": full, "reason": "x" * 3990},
+        content_type="application/json",
+    )  # fmt: skip
+    assert long.status_code == 400 and "left beside the plan's summary" in str(long.json())  # was cut to 2,000
+    assert ChangeRequest.objects.count() == 0
     whole = admin_client.post(
         "/api/v1/plans/accept/", {"unit": "acme", "month": full, "reason": "May's review"},
         content_type="application/json",

@@ -15,6 +15,7 @@ from quotas import services
 from quotas.access import readable_requests
 from quotas.api.serializers.requests import ChangeRequestIn, ChangeRequestOut, DecisionIn
 from quotas.api.views.base import ReadViewSet, parse_input, quota_changes
+from quotas.errors import form_id
 from quotas.models import (
     ChangeRequest,
 )
@@ -65,4 +66,4 @@ class ChangeRequestViewSet(ReadViewSet):
 
 def _any_request(pk: str) -> ChangeRequest:
     """A request to decide, readable or not: the service answers 403 with who may decide it."""
-    return get_object_or_404(ChangeRequest, pk=pk)
+    return get_object_or_404(ChangeRequest, pk=form_id(pk))  # "abc" is not found, not a 500
