@@ -688,9 +688,20 @@ if env_bool("ALLOT_WEBHOOK_ONLY", False, help="The webhook deployment: only /adm
 # --- mail (ALLOT_MAIL_*) --------------------------------------------------------------------
 EMAIL_BACKEND = env_str(
     "ALLOT_MAIL_BACKEND",
-    "django.core.mail.backends.console.EmailBackend",
-    help="Django's mail backend for notifications.",
+    "django.core.mail.backends.console.EmailBackend" if DEBUG else "quotas.mail.UnsentBackend",
+    help="Django's mail backend for notifications and password links, e.g. "
+    "django.core.mail.backends.smtp.EmailBackend (with EMAIL_HOST…). Unset: printed to the console in debug "
+    "only; otherwise nothing is sent nor written (a one-time link in a log is anyone's).",
+    shown="console in debug, else none",
 )
+ALLOT_MAIL_CONFIGURED = EMAIL_BACKEND not in (
+    "django.core.mail.backends.console.EmailBackend",
+    "django.core.mail.backends.dummy.EmailBackend",
+    "quotas.mail.UnsentBackend",
+)
+"""Mail reaches people: only then is the self-service password reset (a link by mail) offered."""
+# Messages (the one-time link an admin is shown, among others) live in the session, not in a cookie
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 DEFAULT_FROM_EMAIL = env_str("ALLOT_MAIL_FROM", "allot@localhost", help="The notifications' sender.")
 # Where people reach the portal: the links in mails
 ALLOT_PORTAL_URL = env_str(

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from accounting import urls as accounting_pages
 from accounting.metrics import usage_metrics
 from quotas import urls as quota_pages
+from quotas.portal.accounts import account_urls
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -19,7 +20,7 @@ urlpatterns = [
     path("metrics/usage", usage_metrics, name="usage-metrics"),
     # the portal: each app's pages, under one set of names (quotas:…)
     path("", include(([*quota_pages.urlpatterns, *accounting_pages.urlpatterns], "quotas"))),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include(account_urls())),
     path("admin/", admin.site.urls),
     path("admission/", include("admission.urls")),
     path("api/v1/", include("config.api")),

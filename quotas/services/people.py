@@ -85,3 +85,23 @@ def person_add(
         )
         transaction.on_commit(lambda: send_mail("[Allot] your account", text, None, [email], fail_silently=True))
     return NewPerson(username, email, link)
+
+
+def password_link_issue(*, actor: Viewer, reason: str, username: str) -> str:
+    """A new one-time link for ``username`` to set a password (platform admins only; audited, the link
+    itself is not): for a person who forgot theirs where mail cannot deliver a reset."""
+    if not is_platform_admin(actor):
+        raise NotAllowedError("only a platform admin issues a password link")
+    reason = require_reason(reason)
+    user = get_user_model().objects.filter(username=username.strip(), is_active=True).first()
+    if user is None:
+        raise InputError("username", f"no active account {username!r}", "give the username as it signs in")
+    audit_write(
+        [
+            audit_event(
+                actor=actor, action="password_link_issue", obj_type="user", obj_id=user.pk,
+                obj_repr=user.get_username(), before=None, after=None, reason=reason,
+            )
+        ]
+    )  # fmt: skip
+    return set_password_link(user)
