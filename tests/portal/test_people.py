@@ -124,3 +124,15 @@ def test_a_platform_admin_issues_a_new_link_by_command_audited(demo):
     assert (event.object_repr, event.reason, event.after) == ("lead-nlp", "forgot it", None)
     with pytest.raises(CommandError, match="only a platform admin"):
         call_command("allot_password_link", "admin", "--reason", "r", "--as", "lead-nlp", stdout=io.StringIO())
+
+
+def test_commands_run_by_hand_name_who_acts(demo):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--as names a platform admin"):
+        call_command("allot_unlock_login", "lead-nlp", "--reason", "r", "--as", "nobody", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("allot_unlock_login", "lead-nlp", "--reason", "locked out", "--as", "admin", stdout=out)
+    assert out.getvalue().startswith("lifted 0 lockout record(s) of lead-nlp")
