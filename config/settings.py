@@ -473,6 +473,12 @@ for _org, _rule in ALLOT_SHOWBACK_SHARED_COST:
         raise ImproperlyConfigured(
             f"ALLOT_SHOWBACK_SHARED_COST: {_rule!r} for {_org or 'the default'} is not not_shared, guarantee or use"
         )
+ALLOT_REQUESTS_SECOND_PERSON = env_bool(
+    "ALLOT_REQUESTS_SECOND_PERSON",
+    True,
+    help="A change request is approved by someone other than who asked (four eyes): on by default; off only "
+    "where one person runs the platform alone. Withdrawing your own request (reject) is always allowed.",
+)
 ALLOT_SHOWBACK_VISIBILITY = env_str(
     "ALLOT_SHOWBACK_VISIBILITY",
     "everyone",

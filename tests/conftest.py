@@ -106,6 +106,14 @@ def admin_user(db):
 
 
 @pytest.fixture
+def second_admin(db):
+    """Another platform admin: who approves a change request another asked for (four eyes)."""
+    from tests.factories import AdminFactory
+
+    return AdminFactory(username="second-admin")
+
+
+@pytest.fixture
 def org(db, admin_user):
     """A small tree built through the services:
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -298,6 +299,8 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
             "change and above, and platform admins"
         )
     can_decide = may_decide(request.user, change_request) and change_request.status == "pending"
+    # four eyes: who asked may withdraw (reject) but not approve; the button is not offered
+    own = settings.ALLOT_REQUESTS_SECOND_PERSON and change_request.requested_by_id == request.user.pk
     if request.method == "POST" and can_decide:
         decision, comment = request.POST.get("decision"), request.POST.get("comment", "")
         if decision not in ("approve", "reject"):  # never read a missing or odd decision as a rejection
@@ -324,6 +327,7 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
         {
             "cr": change_request,
             "can_decide": can_decide,
+            "own": own,
             "lines": request_lines(change_request),
             "violations": request_violations(change_request) if pending else [],
             "pending": pending,

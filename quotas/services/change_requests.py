@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.db import transaction
@@ -284,6 +285,11 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
     actor = signed_in(actor)
     comment = clean_text("comment", comment, required=False)
     request = _locked_pending(request, actor)
+    if settings.ALLOT_REQUESTS_SECOND_PERSON and request.requested_by_id == actor.pk:
+        raise NotAllowedError(
+            f"you asked for request #{request.pk}: another lead above {request.unit.path} (or a platform admin) "
+            "approves it — four eyes (ALLOT_REQUESTS_SECOND_PERSON); you may withdraw it by rejecting it"
+        )
     quotas, budgets = _split([_as_change(c) for c in request.changes])
     why = f"change request #{request.pk}: {request.reason}"
     try:

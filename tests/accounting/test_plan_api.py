@@ -39,7 +39,9 @@ def full(org, month):  # noqa: F811
     return month
 
 
-def test_the_whole_plan_is_one_change_request_and_the_month_keeps_its_plan_once_applied(org, full, admin_client):
+def test_the_whole_plan_is_one_change_request_and_the_month_keeps_its_plan_once_applied(
+    second_admin, org, full, admin_client
+):
     plan = admin_client.get("/api/v1/plans/", {"unit": "acme", "month": full}).json()
     items = {i["unit_path"]: i for i in plan["items"]}
     assert items["acme/research/nlp"]["guarantee"] == [40, 20]  # down to what its project llm holds
@@ -68,7 +70,7 @@ def test_the_whole_plan_is_one_change_request_and_the_month_keeps_its_plan_once_
     request = ChangeRequest.objects.get(pk=whole.json()["change_request"])
     assert len(request.changes) == len(plan["items"]) and request.reason.startswith("May's review — governance plan")
     assert AuditEvent.objects.filter(action="change_request_submit", object_id=str(request.pk)).exists()
-    services.change_request_approve(actor=org.admin, request=request, comment="as planned")
+    services.change_request_approve(actor=second_admin, request=request, comment="as planned")
     quota = {q.unit.path: q.guarantee for q in Quota.objects.filter(resource=GPU).select_related("unit")}
     assert (quota["acme/research/nlp"], quota["acme/research/vision"]) == (20, 27)
     # November's plan is a record of November (issue #43): the same items, now in force and said so,

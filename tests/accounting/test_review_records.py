@@ -28,13 +28,13 @@ def the_month(org, month, folder: Path) -> tuple[dict[str, bytes], dict, list]: 
     return files, governance_plan(org.acme, month).as_dict(), data.tables["budgets"]
 
 
-def test_approving_the_plan_later_leaves_the_month_as_it_was(org, full, tmp_path):  # noqa: F811
+def test_approving_the_plan_later_leaves_the_month_as_it_was(second_admin, org, full, tmp_path):  # noqa: F811
     files, plan, budgets = the_month(org, full, tmp_path / "before")
     assert plan["items"] and budgets and len(files) > 3  # a plan to accept, budgets (replayed), tables
     guarantees = dict(Quota.objects.values_list("unit__path", "guarantee"))
 
     request = plan_accept(actor=org.admin, unit=org.acme, month=full, reason="as the review says")
-    services.change_request_approve(actor=org.admin, request=request, comment="ok")
+    services.change_request_approve(actor=second_admin, request=request, comment="ok")
     assert dict(Quota.objects.values_list("unit__path", "guarantee")) != guarantees  # today's quotas moved
 
     again = the_month(org, full, tmp_path / "after")
@@ -43,11 +43,11 @@ def test_approving_the_plan_later_leaves_the_month_as_it_was(org, full, tmp_path
     assert again[2] == budgets  # the budgets table (its replay reads the month's guarantees)
 
 
-def test_a_rebuild_is_a_new_version_saying_what_differs(org, full, django_capture_on_commit_callbacks):  # noqa: F811
+def test_a_rebuild_is_a_new_version_saying_what_differs(second_admin, org, full, django_capture_on_commit_callbacks):  # noqa: F811
     first = review_once(unit=org.acme, month=full)
     assert review_once(unit=org.acme, month=full) == first  # beat's build, redelivered: the same review
     request = plan_accept(actor=org.admin, unit=org.acme, month=full)
-    services.change_request_approve(actor=org.admin, request=request, comment="ok")
+    services.change_request_approve(actor=second_admin, request=request, comment="ok")
     second = review_generate(unit=org.acme, month=full)
     assert (second.version, second.differs["version"]) == (2, 1)
     assert second.differs["same_figures"] and second.differs["tables"] == []  # the approval changed no figure
@@ -62,12 +62,12 @@ def test_a_rebuild_is_a_new_version_saying_what_differs(org, full, django_captur
     assert sorted(versions) == [1, 2, 3] and Review.objects.get(pk=first.pk).files == first.files
 
 
-def test_the_review_page_says_which_items_are_in_force_and_offers_only_the_rest(org, full, admin_client):  # noqa: F811
+def test_the_review_page_says_which_items_are_in_force_and_offers_only_the_rest(second_admin, org, full, admin_client):  # noqa: F811
     review = review_once(unit=org.acme, month=full)
     page = admin_client.get(f"/reviews/{review.pk}/").content.decode()
     assert "Request the whole plan as one change" in page and "In force" not in page
     request = plan_accept(actor=org.admin, unit=org.acme, month=full)
-    services.change_request_approve(actor=org.admin, request=request, comment="ok")
+    services.change_request_approve(actor=second_admin, request=request, comment="ok")
     page = admin_client.get(f"/reviews/{review.pk}/").content.decode()
     items = review.summary["plan"]["items"]
     assert f"{items} of the plan" in page and page.count(f"change request #{request.pk}</a>") == items

@@ -63,6 +63,49 @@ def test_a_lead_asks_the_head_approves_and_both_hear_of_it(people):
         services.change_request_approve(actor=people["head-research"], request=request)
 
 
+def test_who_asked_never_approves_their_own_request_but_may_withdraw_it(people, settings):
+    """Issue #42: four eyes — the head who asks for a change under their own unit (a plan accepted, a
+    budget) could approve it themselves; now another lead above, or a platform admin, does."""
+    from django.test import Client
+
+    before = gpu("acme/research/nlp").guarantee
+    ask = lambda reason: services.change_request_submit(
+        actor=people["head-research"], reason=reason, changes=[change("acme/research/nlp", before + 2)]
+    )
+    request = ask("december run")
+    with pytest.raises(NotAllowedError, match=r"you asked for request #\d+: another lead above acme/research/nlp"):
+        services.change_request_approve(actor=people["head-research"], request=request, comment="mine")
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.PENDING and gpu("acme/research/nlp").guarantee == before
+    client = Client()
+    client.force_login(people["head-research"])
+    page = client.get(f"/requests/{request.pk}/").content.decode()
+    assert 'id="four-eyes"' in page and "Approve and apply" not in page and ">Withdraw</button>" in page
+    client.post(f"/requests/{request.pk}/", {"decision": "approve", "comment": "by hand"})  # a forged form
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.PENDING and gpu("acme/research/nlp").guarantee == before
+    api = client.post(f"/api/v1/change-requests/{request.pk}/approve/", {}, content_type="application/json")
+    assert api.status_code == 403 and "four eyes" in str(api.json())
+    client.post(f"/requests/{request.pk}/", {"decision": "reject", "comment": "not needed after all"})
+    request.refresh_from_db()
+    assert request.status == ChangeRequestStatus.REJECTED and request.decided_by == people["head-research"]
+
+    again = ask("december run, again")  # another decides it: a platform admin
+    services.change_request_approve(actor=people["admin"], request=again, comment="ok")
+    assert gpu("acme/research/nlp").guarantee == before + 2
+    assert not AuditEvent.objects.filter(
+        action="quota_set", actor=people["head-research"], reason__contains=f"#{request.pk}"
+    ).exists()
+
+    settings.ALLOT_REQUESTS_SECOND_PERSON = False  # one person runs the platform alone: a documented choice
+    alone = services.change_request_submit(
+        actor=people["head-research"], reason="alone", changes=[change("acme/research/nlp", before)]
+    )
+    assert "Approve and apply" in client.get(f"/requests/{alone.pk}/").content.decode()
+    services.change_request_approve(actor=people["head-research"], request=alone)
+    assert gpu("acme/research/nlp").guarantee == before
+
+
 def test_a_request_made_stale_is_refused_and_nothing_is_applied(people):
     nlp = gpu("acme/research/nlp").guarantee
     request = services.change_request_submit(
