@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import Q, QuerySet
 
@@ -94,6 +95,25 @@ def request_units(request: ChangeRequest) -> list[OrgUnit]:
 def may_decide(user: Viewer, request: ChangeRequest, led: list[str] | None = None) -> bool:
     """Approve or reject ``request``: :func:`may_approve_all` of the units it changes."""
     return may_approve_all(user, request_units(request), led)
+
+
+def waiting_for(user: Viewer) -> list[ChangeRequest]:
+    """Pending change requests ``user`` may decide, oldest first — not their own where a second person
+    approves (ALLOT_REQUESTS_SECOND_PERSON): what the badge on every page counts."""
+    if user is None or not user.is_authenticated:
+        return []
+    led = led_paths(user)  # once, not once per pending request
+    if not led and not is_platform_admin(user):
+        return []
+    pending = (
+        ChangeRequest.objects.filter(status="pending")
+        .select_related("unit", "requested_by")
+        .prefetch_related("units")
+        .order_by("created_at", "pk")
+    )
+    if settings.ALLOT_REQUESTS_SECOND_PERSON:
+        pending = pending.exclude(requested_by_id=user.pk)
+    return [r for r in pending if may_decide(user, r, led)]
 
 
 def may_read_request(user: Viewer, request: ChangeRequest, led: list[str] | None = None) -> bool:

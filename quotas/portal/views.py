@@ -23,6 +23,7 @@ from quotas.access import (
     readable_audit,
     readable_requests,
     request_units,
+    waiting_for,
 )
 from quotas.errors import InputError
 from quotas.models import (
@@ -277,15 +278,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
 @login_required
 def requests_list(request: HttpRequest) -> HttpResponse:
     mine = ChangeRequest.objects.filter(requested_by_id=request.user.pk).select_related("unit")[:50]
-    led = led_paths(request.user)  # once, not once per pending request
-    pending = [
-        r
-        for r in ChangeRequest.objects.filter(status=ChangeRequestStatus.PENDING)
-        .select_related("unit", "requested_by")
-        .prefetch_related("units")
-        if may_decide(request.user, r, led)
-    ]
-    return render(request, "quotas/requests.html", {"mine": mine, "to_decide": pending})
+    return render(request, "quotas/requests.html", {"mine": mine, "to_decide": waiting_for(request.user)})
 
 
 @login_required
@@ -318,7 +311,11 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
         except (InputError, NotAllowedError) as exc:
             messages.error(request, str(exc))
             return redirect("quotas:request", request_id=change_request.pk)
-        messages.success(request, f"Request #{change_request.pk}: {change_request.get_status_display()}.")
+        if change_request.status == ChangeRequestStatus.STALE:  # refused, nothing applied: never a green banner
+            detail = (change_request.outcome or {}).get("detail", "")
+            messages.error(request, f"Request #{change_request.pk} was refused as stale, nothing applied: {detail}")
+        else:
+            messages.success(request, f"Request #{change_request.pk}: {change_request.get_status_display()}.")
         return redirect("quotas:request", request_id=change_request.pk)
     pending = change_request.status == ChangeRequestStatus.PENDING
     return render(

@@ -77,7 +77,15 @@ def _shown(value: Any) -> str:
 
 
 def request_lines(request: ChangeRequest) -> list[RequestLine]:
-    """Every item of ``request``, current → proposed (current as the quota or budget is now)."""
+    """Every item of ``request``, current → proposed: while pending, current as the quota or budget is now;
+    once decided, as they were when it was decided (kept in its outcome, so an applied request reads
+    90 → 100, not 100 → 100)."""
+    frozen = (request.outcome or {}).get("lines") if request.status != ChangeRequestStatus.PENDING else None
+    if frozen:
+        return [
+            RequestLine(path, flavor, Resource(what) if what else None, tuple((n, a, b) for n, a, b in fields))
+            for path, flavor, what, fields in frozen
+        ]
     ids = {int(c["unit"]) for c in request.changes}
     paths = dict(OrgUnit.objects.filter(pk__in=ids).values_list("pk", "path"))
     flavors = {
@@ -292,6 +300,7 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
         )
     quotas, budgets = _split([_as_change(c) for c in request.changes])
     why = f"change request #{request.pk}: {request.reason}"
+    before = _frozen(request)  # what it read as before anything is applied: kept with the decision
     try:
         with transaction.atomic():
             if quotas:
@@ -299,7 +308,7 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
             if budgets:
                 budget_set_bulk(actor=actor, reason=why, changes=budgets)
     except InputError as exc:  # a budget item no longer parses (a tier was removed meanwhile)
-        _decide(request, actor, ChangeRequestStatus.STALE, comment, {"detail": f"{exc}. Make a new request."})
+        _decide(request, actor, ChangeRequestStatus.STALE, comment, {"detail": f"{exc}. Make a new request."}, before)
     except StaleVersionError as exc:
         _decide(
             request,
@@ -307,6 +316,7 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
             ChangeRequestStatus.STALE,
             comment,
             {"detail": f"{exc}. Make a new request from the current values.", "current": exc.current},
+            before,
         )
     except PolicyViolationError as exc:
         _decide(
@@ -318,9 +328,10 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
                 "detail": "it would now break the quota policy: " + "; ".join(v.message for v in exc.violations),
                 "violations": [v.as_dict() for v in exc.violations],
             },
+            before,
         )
     else:
-        _decide(request, actor, ChangeRequestStatus.APPLIED, comment, {})
+        _decide(request, actor, ChangeRequestStatus.APPLIED, comment, {}, before)
     return request
 
 
@@ -350,7 +361,23 @@ def _locked_pending(request: ChangeRequest, actor: User) -> ChangeRequest:
     return locked
 
 
-def _decide(request: ChangeRequest, actor: User, status: str, comment: str, outcome: dict[str, Any]) -> None:
+def _frozen(request: ChangeRequest) -> list[Any]:
+    """The request's lines as JSON, to keep in its outcome when it is decided (read before applying)."""
+    return [
+        [line.unit_path, line.flavor, line.resource.value if line.resource else None, [list(f) for f in line.fields]]
+        for line in request_lines(request)
+    ]
+
+
+def _decide(
+    request: ChangeRequest,
+    actor: User,
+    status: str,
+    comment: str,
+    outcome: dict[str, Any],
+    lines: list[Any] | None = None,
+) -> None:
+    outcome = {**outcome, "lines": lines if lines is not None else _frozen(request)}
     request.status, request.decided_by, request.decided_at = status, actor, timezone.now()
     request.decision_comment, request.outcome = comment, outcome
     request.save()
@@ -388,7 +415,8 @@ def _mail_on_commit(request: ChangeRequest, what: str, people: Sequence[Any], bo
         return
     subject = f"[Allot] change request #{request.pk} on {request.unit.path} {what}"
     items = "\n".join(f"  - {line.sentence()}" for line in request_lines(request))
-    text = f"{body}\n\nWhat it changes (now → asked):\n{items}\n\nReason given: {request.reason}\n"
+    basis = "now" if request.status == ChangeRequestStatus.PENDING else "when decided"
+    text = f"{body}\n\nWhat it changes ({basis} → asked):\n{items}\n\nReason given: {request.reason}\n"
     if request.status == ChangeRequestStatus.PENDING:
         problems = request_violations(request)
         text += (

@@ -106,7 +106,7 @@ def test_rebalance_and_change_requests_at_both_widths(browser, site, width):  # 
     )
     page = head.open(f"/requests/{own.pk}/")
     page.get_by_text(f"guarantee {nlp.guarantee} → {nlp.guarantee + 2}").wait_for()
-    page.get_by_text("Applied now, it fits the quota policy.").wait_for()
+    page.get_by_text("Not applied yet: if approved now, it would fit the quota policy.").wait_for()
     assert no_sideways_scroll(page)
     head.shot(f"request-{width}")
     head.close()

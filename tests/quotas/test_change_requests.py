@@ -116,10 +116,16 @@ def test_a_request_made_stale_is_refused_and_nothing_is_applied(people):
     services.quota_set_bulk(
         actor=people["head-research"], reason="meanwhile", changes=[change("acme/research/nlp", nlp + 1)]
     )
-    services.change_request_approve(actor=people["head-research"], request=request)
+    from django.test import Client
+
+    client = Client()
+    client.force_login(people["head-research"])
+    answer = client.post(f"/requests/{request.pk}/", {"decision": "approve", "comment": ""}, follow=True)
     request.refresh_from_db()
     assert request.status == ChangeRequestStatus.STALE and "changed since version" in request.outcome["detail"]
     assert gpu("acme/research/nlp").guarantee == nlp + 1 and gpu("acme/research/nlp", "a100-40gb").guarantee == 90
+    [said] = [(m.level_tag, m.message) for m in answer.context["messages"]]  # refused: never a green banner
+    assert said[0] == "error" and "refused as stale, nothing applied" in said[1] and "changed since" in said[1]
 
 
 def test_a_request_that_no_longer_fits_is_refused(people):
@@ -249,7 +255,7 @@ def test_the_request_page_and_mails_say_now_to_asked_what_it_would_break_and_lin
     client.force_login(people["head-research"])
     page = client.get(f"/requests/{request.pk}/").content.decode()
     assert f"guarantee <strong>{before} → {before + 3}</strong>" in page
-    assert "Applied now, it fits the quota policy." in page
+    assert "Not applied yet: if approved now, it would fit the quota policy." in page
     # meanwhile vision takes the rest of research's room: the page says what approving would now break
     research = gpu("acme/research")
     siblings = Quota.objects.filter(
@@ -266,7 +272,7 @@ def test_the_request_page_and_mails_say_now_to_asked_what_it_would_break_and_lin
         guarantee=vision.guarantee + room - 1,
     )
     page = client.get(f"/requests/{request.pk}/").content.decode()
-    assert "Applied now, it would break the quota policy" in page and "acme/research" in page
+    assert "If it were approved now, it would break the quota policy" in page and "acme/research" in page
     client.post(f"/requests/{request.pk}/", {"decision": "reject", "comment": "not this month"})
     decided = mail.outbox[-1].body
     assert "head-research rejected change request" in decided and '"not this month"' in decided

@@ -16,9 +16,7 @@ from quotas.access import readable_requests
 from quotas.api.serializers.requests import ChangeRequestIn, ChangeRequestOut, DecisionIn
 from quotas.api.views.base import ReadViewSet, parse_input, quota_changes
 from quotas.errors import form_id
-from quotas.models import (
-    ChangeRequest,
-)
+from quotas.models import ChangeRequest, ChangeRequestStatus
 
 
 class ChangeRequestViewSet(ReadViewSet):
@@ -45,25 +43,30 @@ class ChangeRequestViewSet(ReadViewSet):
         created = services.change_request_submit(actor=request.user, reason=data["reason"], changes=changes)
         return Response(ChangeRequestOut(created).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DecisionIn, responses=ChangeRequestOut)
+    @extend_schema(
+        request=DecisionIn,
+        responses={200: ChangeRequestOut, 409: ChangeRequestOut},
+        description="200 applied; 409 refused as stale (nothing applied: `outcome.detail` says why).",
+    )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         data = parse_input(DecisionIn, request)
         decided = services.change_request_approve(
-            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
+            actor=request.user, request=self._readable(pk), comment=data.get("comment", "")
         )
-        return Response(ChangeRequestOut(decided).data)
+        stale = decided.status == ChangeRequestStatus.STALE  # refused, never a success
+        return Response(ChangeRequestOut(decided).data, status=status.HTTP_409_CONFLICT if stale else 200)
 
     @extend_schema(request=DecisionIn, responses=ChangeRequestOut)
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         data = parse_input(DecisionIn, request)
         decided = services.change_request_reject(
-            actor=request.user, request=_any_request(pk), comment=data.get("comment", "")
+            actor=request.user, request=self._readable(pk), comment=data.get("comment", "")
         )
         return Response(ChangeRequestOut(decided).data)
 
-
-def _any_request(pk: str) -> ChangeRequest:
-    """A request to decide, readable or not: the service answers 403 with who may decide it."""
-    return get_object_or_404(ChangeRequest, pk=form_id(pk))  # "abc" is not found, not a 500
+    def _readable(self, pk: str) -> ChangeRequest:
+        """A request to decide: one the reader may not read is not found (404), as reading it is; one they
+        read but may not decide gets the service's 403 naming who decides."""
+        return get_object_or_404(self.get_queryset(), pk=form_id(pk))  # "abc" is not found, not a 500
