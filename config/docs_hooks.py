@@ -23,9 +23,20 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "artifacts" / "screenshots"
 SHOT_LINK = re.compile(r"screenshots/([a-z0-9-]+\.png)")
-PLACEHOLDER = """<svg xmlns="http://www.w3.org/2000/svg" width="640" height="80"><rect width="640" height="80"
-fill="#eee"/><text x="16" y="45" font-family="sans-serif" font-size="15">{name}: made by the browser tests
-(./dev test with Debian's chromium)</text></svg>"""
+PLACEHOLDER = "{name}: made by the browser tests (./dev test with Debian's chromium)"
+
+
+def placeholder_png(text: str) -> bytes:
+    """A real PNG saying how the picture is made (an SVG served as ``.png`` showed as a broken image)."""
+    from io import BytesIO
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (760, 80), "#eeeeee")
+    ImageDraw.Draw(image).text((16, 32), text, fill="#333333")
+    out = BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
 def _django() -> None:
@@ -73,5 +84,5 @@ def on_files(files: Files, config: Any) -> Files:
         if source.is_file():
             files.append(_generated(config, f"screenshots/{name}", source.read_bytes()))
         else:
-            files.append(_generated(config, f"screenshots/{name}", PLACEHOLDER.format(name=name).encode()))
+            files.append(_generated(config, f"screenshots/{name}", placeholder_png(PLACEHOLDER.format(name=name))))
     return files
