@@ -10,12 +10,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.decorators import api_view, permission_classes
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, Throttled
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.selectors.showback import showback_period
+from accounting.services.backtest_slots import BacktestBusy, backtest_turn
 from accounting.services.plan import backtest_what_if, governance_plan, plan_accept
 from accounting.services.plan_records import in_force
 from quotas.access import may_read_costs
@@ -171,4 +172,8 @@ def backtest_view(request: Request) -> Response:
         changes[(uid, change["flavor"])] = proposed_quota(asked, snapshot.quota(uid, change["flavor"], Resource.GPU))
     if errors:
         raise serializers.ValidationError(errors)
-    return Response(backtest_what_if(unit, data["month"], changes))
+    try:
+        with backtest_turn(request.user.pk):
+            return Response(backtest_what_if(unit, data["month"], changes))
+    except BacktestBusy as busy:
+        raise Throttled(wait=busy.retry_after, detail=str(busy)) from None

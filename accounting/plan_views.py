@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
 from accounting.charts import comparison_rows
+from accounting.services.backtest_slots import BacktestBusy, backtest_turn
 from accounting.services.plan import backtest_what_if, latest_month
 from quotas.access import led_paths, may_read_costs
 from quotas.errors import form_id
@@ -77,7 +78,12 @@ def quota_what_if(request: HttpRequest, unit_id: int) -> HttpResponse:
     month = latest_month(scope.path)
     context: dict[str, Any] = {"month": month, "changes": changes, "answer": None, "rows": []}
     if month and changes:
-        answer = backtest_what_if(scope, month, changes, minutes=False)
+        try:
+            with backtest_turn(request.user.pk):
+                answer = backtest_what_if(scope, month, changes, minutes=False)
+        except BacktestBusy as busy:
+            context.update(busy=str(busy), unit=unit)  # htmx swaps only 2xx: said in the panel, and retried
+            return render(request, "accounting/_whatif.html", context)
         led = led_paths(request.user)  # once, not a query per row
         readable = [r for r in answer["units"] if may_read_costs(request.user, r["unit_path"], led)]
         whole = may_read_costs(request.user, scope.path, led)

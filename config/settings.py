@@ -473,6 +473,13 @@ for _org, _rule in ALLOT_SHOWBACK_SHARED_COST:
         raise ImproperlyConfigured(
             f"ALLOT_SHOWBACK_SHARED_COST: {_rule!r} for {_org or 'the default'} is not not_shared, guarantee or use"
         )
+ALLOT_BACKTESTS_AT_ONCE = env_int(
+    "ALLOT_BACKTESTS_AT_ONCE",
+    2,
+    help="How many backtests (POST /api/v1/backtest/, the what-if panel) run at once on the whole instance; "
+    "each person runs one at a time. More wait: the API answers 429 with Retry-After. About one per core "
+    "the web servers may spend on them.",
+)
 ALLOT_REQUESTS_SECOND_PERSON = env_bool(
     "ALLOT_REQUESTS_SECOND_PERSON",
     True,
