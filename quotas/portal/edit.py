@@ -24,6 +24,7 @@ from quotas.models import OrgUnit, Quota, ResourceFlavor
 from quotas.policy.quantity import QuantityError, Resource, format_quantity, parse_quantity
 from quotas.policy.violations import PolicyViolationError, Violation, ViolationCode
 from quotas.previews import quota_change_preview
+from quotas.services.envelope import EnvelopeOffer, envelope_offer
 from quotas.services.quota import QuotaChange
 
 SLUGS = {Resource.GPU: "gpu", Resource.CPU: "cpu", Resource.MEMORY: "memory"}
@@ -267,11 +268,17 @@ def quota_check(request: HttpRequest, unit_id: int) -> HttpResponse:
     changes = _read(unit, rows, request.POST)
     preview = quota_change_preview(changes) if changes and not any(r.errors for r in rows) else None
     others = _mark(unit, rows, list(preview.violations)) if preview else []
+    offer = _offer(request, unit, changes) if preview and preview.violations else None
     return render(
         request,
         "quotas/_check.html",
-        _context(request, unit, rows, changes=changes, preview=preview, violations=others),
+        _context(request, unit, rows, changes=changes, preview=preview, violations=others, offer=offer),
     )
+
+
+def _offer(request: HttpRequest, unit: OrgUnit, changes: list[QuotaChange]) -> EnvelopeOffer | None:
+    """Inside the reader's envelope, a change the envelope cannot hold: the change request it could be."""
+    return envelope_offer(request.user, changes) if may_set_directly(request.user, unit) else None
 
 
 @login_required
@@ -289,6 +296,11 @@ def quota_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
         return redirect("quotas:unit", unit_id=unit.pk)
     reason = request.POST.get("reason", "")
     try:
+        offer = _offer(request, unit, changes) if request.POST.get("as_request") else None
+        if offer is not None and not offer.remaining:  # the failing change, with its envelopes raised
+            created = services.change_request_submit(actor=request.user, reason=reason, changes=offer.changes)
+            messages.success(request, f"Change request #{created.pk} sent: {'; '.join(offer.raises)}.")
+            return redirect("quotas:request", request_id=created.pk)
         if may_set_directly(request.user, unit):
             services.quota_edit(actor=request.user, reason=reason, changes=changes)
             messages.success(request, f"Saved {len(changes)} quota change(s) on {unit.path}.")
@@ -298,7 +310,8 @@ def quota_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
         return redirect("quotas:request", request_id=created.pk)
     except PolicyViolationError as exc:
         others = _mark(unit, rows, list(exc.violations))
-        return render(request, "quotas/unit_edit.html", _context(request, unit, rows, violations=others), status=400)
+        context = _context(request, unit, rows, violations=others, offer=_offer(request, unit, changes))
+        return render(request, "quotas/unit_edit.html", context, status=400)
     except StaleVersionError as exc:
         fresh = _rows(unit)
         for row, new in zip(rows, fresh, strict=True):

@@ -147,6 +147,7 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
         if q.resource == "nvidia.com/gpu"
     ]
     bars, height = quota_bars(chart_rows)
+    children = list(unit.children.filter(archived_at__isnull=True).order_by("slug"))
     return render(
         request,
         "quotas/unit.html",
@@ -156,7 +157,8 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "rows": [_row(q, allocated.get((unit.pk, q.flavor.key, q.resource)), reach) for q in quotas],
             "contract": contract,
             "durations": durations,
-            "children": unit.children.filter(archived_at__isnull=True).order_by("slug"),
+            "children": children,
+            "inside": _inside(snapshot, children),
             "tiers": _tiers(unit),
             "namespaces": unit.namespaces.select_related("cluster").order_by("cluster__name"),
             "members": Membership.objects.filter(unit=unit).select_related("user"),
@@ -170,11 +172,20 @@ def unit_detail(request: HttpRequest, unit_id: int) -> HttpResponse:
             "may_edit": may_request(request.user, unit),
             "edits_directly": may_set_directly(request.user, unit),
             # its units' quotas are the lead's (or above) to set: all of them on one form
-            "may_rebalance": may_request(request.user, unit) and unit.children.filter(archived_at=None).exists(),
+            "may_rebalance": may_request(request.user, unit) and bool(children),
             **_administer(request, unit),
             "requests": readable_requests(request.user).filter(unit=unit, status=ChangeRequestStatus.PENDING),
         },
     )
+
+
+def _inside(snapshot: Any, children: list[OrgUnit]) -> list[dict[str, Any]]:
+    """Each unit inside with its GPUs per flavor (guarantee, ceiling): the lead's everyday task, on top."""
+    gpus: dict[int, list[tuple[str, int, int]]] = {c.pk: [] for c in children}
+    for (uid, key, resource), q in snapshot.quotas.items():
+        if uid in gpus and resource is Resource.GPU:
+            gpus[uid].append((key, q.guarantee, q.guarantee + q.burst))
+    return [{"unit": c, "gpus": sorted(gpus[c.pk])} for c in children]
 
 
 def _row(q: Quota, allocated: int | None, reach: dict[str, int]) -> dict[str, Any]:

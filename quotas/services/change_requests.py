@@ -39,6 +39,7 @@ from quotas.selectors import flavor_keys, neighbourhood_snapshot
 
 from .audit import audit_event, audit_write, require_reason
 from .budgets import BudgetChange, budget_proposal, budget_set_bulk
+from .envelope import who_decides
 from .locks import lock_units
 from .quota import QuotaChange, proposed_quota, quota_set_bulk
 
@@ -244,8 +245,9 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Item]
         full, broken = budget_proposal(budgets)
         based += full
         problems += broken
-    if problems:
-        raise PolicyViolationError(problems)
+    if problems:  # a unit above the asker's without room: whose it is to give, not "make a change request"
+        theirs = {u.path for u in OrgUnit.objects.filter(path__in={v.unit for v in problems}) if may_request(actor, u)}
+        raise PolicyViolationError([v if v.unit in theirs else who_decides(v) for v in problems])
     lock_units([top.pk])  # two identical submissions at once: the second sees the first
     same = ChangeRequest.objects.filter(
         unit=top, requested_by=actor, status=ChangeRequestStatus.PENDING, reason=reason
