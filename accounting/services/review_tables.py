@@ -251,7 +251,8 @@ def review_data(unit: OrgUnit, month: str) -> ReviewData:
             table_recs.append(recommendation_row(report, u.path, key, fid, verdict))
     for row in table_recs:  # the items an item needs, as the review numbers them
         row["needs"] = [rec_of_item[i] for i in row.pop("needs_plan", []) if i in rec_of_item]
-        row["needs_items"] = ", ".join(str(i) for i in row["needs"])
+        # named, not numbered: a position in a list the reader never sees numbered meant nothing
+        row["needs_items"] = "; ".join(f"{table_recs[i]['unit_path']} {table_recs[i]['flavor']}" for i in row["needs"])
     changes = [
         {
             "at": e.at.isoformat(),

@@ -63,4 +63,4 @@ def test_the_what_if_panel_says_it_is_still_working_and_tries_again(org, month, 
         assert page.status_code == 200 and 'id="whatif-busy"' in text and "Queued" not in text
         assert 'hx-trigger="load delay:3s"' in text and f"/units/{org.ops.pk}/what-if/" in text
     again = admin_client.post(f"/units/{org.ops.pk}/what-if/", form).content.decode()
-    assert "Queued 7200 → 0 device-hours" in again
+    assert "Queued 7,200 → 0 device-hours" in again

@@ -253,9 +253,9 @@ def the_months_review_recommends_what_a_reader_of_the_paper_would_and_reads_back
     assert "vcira" in text and "guarantee 24 → 12" in text
     assert "days without telemetry: 2020-05-10" in text
     # the plan, backtested: the conservative headline (declared lendable only), the range beside it
-    assert "queued device-hours (conservative)" in text and "45672 → 31314" in text
-    assert "The gain is up to 40598 queued device-hours (queued 45672 → 5074)" in text and "3115 devices" in text
-    assert "What the plan cannot fix" in text and "the fleet's cost" in text and "764236.80" in text
+    assert "queued device-hours (conservative)" in text and "45,672 → 31,314" in text
+    assert "The gain is up to 40,598 queued device-hours (queued 45,672 → 5,074)" in text and "3115 devices" in text
+    assert "What the plan cannot fix" in text and "the fleet's cost" in text and "764,236.80 USD" in text
     assert "4 of 17 would have run out: acme/earth/vc6ye (helios-earth/v100) on 2020-05-28, held 3 days" in text
     (pool,) = data.summary["pools"][:1]  # earth's subtree against its guarantee of 856 over 720 hours of telemetry
     assert pool["flavor"] == "helios-earth/v100" and pool["capacity_h"] == 856 * 720

@@ -147,7 +147,7 @@ def test_the_what_if_panel_beside_the_quota_form(org, month, admin_client):  # n
     )
     text = page.content.decode()
     assert page.status_code == 200 and "What 2026-11 would have looked like" in text
-    assert "Queued 7200 → 0 device-hours" in text  # ops' 7,200 are served
+    assert "Queued 7,200 → 0 device-hours" in text  # ops' 7,200 are served
     empty = admin_client.post(f"/units/{org.ops.pk}/what-if/", {}).content.decode()
     assert "Change a GPU number above" in empty
 

@@ -87,3 +87,13 @@ def test_a_price_changed_after_the_month_leaves_its_costs_as_they_were(org, mont
     after = review_data(org.acme, month)
     assert before.summary["cost"] is not None and after.summary["cost"] == before.summary["cost"]
     assert [u["cost"] for u in after.tables["units"]] == [u["cost"] for u in before.tables["units"]]
+
+
+def test_a_recommendation_that_needs_another_names_it(org, full, admin_client):  # noqa: F811
+    """Issue #42: "needs recommendations 8, 7, 13" pointed at positions the page never numbers."""
+    data = review_data(org.acme, full)
+    [vision] = [r for r in data.tables["recommendations"] if r["unit_path"] == "acme/research/vision"]
+    assert vision["needs_items"] == "acme/research/nlp west/a100"
+    review = review_once(unit=org.acme, month=full)
+    page = admin_client.get(f"/reviews/{review.pk}/").content.decode()
+    assert "it needs the change to acme/research/nlp west/a100 (they make room for it)" in page
