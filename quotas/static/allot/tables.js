@@ -12,6 +12,8 @@ document.addEventListener("DOMContentLoaded", function () {
     table.querySelectorAll("tbody tr").forEach(function (row) {
       var column = 0;
       Array.prototype.forEach.call(row.children, function (cell) {
+        // a cell across every column (a form under its row) belongs to no one column: no label
+        if ((cell.colSpan || 1) >= heads.length && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", "");
         if (heads[column] && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", heads[column]);
         column += cell.colSpan || 1;
       });
