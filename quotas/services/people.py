@@ -50,6 +50,27 @@ def person_add(
     an address). InputError naming the field for a bad or taken username or a bad address."""
     if not is_platform_admin(actor):
         raise NotAllowedError("only a platform admin adds people (with single sign-on they are added on first sign-in)")
+    return _person_add(actor, reason, username, email, platform_admin)
+
+
+@transaction.atomic
+def first_admin_add(*, reason: str, username: str, email: str = "") -> NewPerson:
+    """The first platform admin of a new instance, made by hand (``manage.py allot_first_admin``): a
+    person_add with no one to act for it, audited as "system". Refused once any platform admin
+    exists — from then on, admins add people (Set up) and issue links (``allot_password_link``)."""
+    model = get_user_model()
+    admins = list(
+        model.objects.select_for_update().filter(is_superuser=True, is_active=True).values_list("username", flat=True)
+    )
+    if admins:
+        raise NotAllowedError(
+            f"Allot has a platform admin already ({', '.join(sorted(admins)[:3])}): an admin adds people from "
+            "Set up, or issues a password link with allot_password_link"
+        )
+    return _person_add(None, reason, username, email, True)
+
+
+def _person_add(actor: Viewer, reason: str, username: str, email: str, platform_admin: bool) -> NewPerson:
     reason = require_reason(reason)
     username, email = username.strip(), email.strip()
     try:

@@ -136,3 +136,25 @@ def test_commands_run_by_hand_name_who_acts(demo):
     out = io.StringIO()
     call_command("allot_unlock_login", "lead-nlp", "--reason", "locked out", "--as", "admin", stdout=out)
     assert out.getvalue().startswith("lifted 0 lockout record(s) of lead-nlp")
+
+
+def test_the_first_platform_admin_of_a_new_instance_is_made_by_hand_once(db):
+    """Issue #42: no step said how the first platform admin gets an account."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    call_command("allot_first_admin", "ops-lead", "--email", "ops@example.org", stdout=out)
+    admin = User.objects.get(username="ops-lead")
+    assert admin.is_superuser and admin.is_staff and not admin.has_usable_password()
+    found = re.search(r"(http://\S+/accounts/reset/\S+/)", out.getvalue())
+    assert found, out.getvalue()
+    link = found.group(1)
+    form = Client().get(link.split("8000", 1)[-1], follow=True)
+    assert "new_password1" in form.content.decode()  # the link sets the password
+    event = AuditEvent.objects.get(action="person_add")
+    assert event.actor_name == "system" and event.after == {"email": "ops@example.org", "platform_admin": True}
+    with pytest.raises(CommandError, match=r"has a platform admin already \(ops-lead\)"):
+        call_command("allot_first_admin", "second", stdout=io.StringIO())
+    assert not User.objects.filter(username="second").exists()
