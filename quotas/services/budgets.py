@@ -3,7 +3,7 @@ evaluation of their spend is quotas.services.budget_spend."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -55,79 +55,109 @@ def _int(name: str, value: Any, low: int, high: int, what: str) -> int:
 
 
 def _values(change: BudgetChange, row: Budget | None) -> dict[str, Any]:
-    """The budget's fields as asked, parsed; InputError naming the first bad field."""
+    """The budget's fields as asked, parsed; one InputError naming every bad field with its fix (the
+    form had shown only the first, so a person fixed one field a round)."""
     current = {name: getattr(row, name) for name in FIELDS} if row else {}
     asked = {name: getattr(change, name) for name in FIELDS}
     if row is None and asked["device_hours"] is None:
         raise InputError("device_hours", "a new budget needs its device-hours", "give the device-hours per period")
     out: dict[str, Any] = {}
-    value = asked["device_hours"]
-    out["device_hours"] = (
-        current["device_hours"]
-        if value is None
-        else _int("device_hours", value, 0, bud.MAX_DEVICE_HOURS, "the device-hours per period (0 or more)")
-    )
-    value = asked["period"]
-    out["period"] = current.get("period", "month") if value is None else str(value)
-    if out["period"] not in {p.value for p in bud.Period}:
-        raise InputError("period", f"{value!r} is not a period", "use 'month' or 'quarter' (UTC)")
-    value = asked["action"]
-    out["action"] = current.get("action", "report") if value is None else str(value)
-    if out["action"] not in {a.value for a in bud.BudgetAction}:
-        raise InputError("action", f"{value!r} is not an action", "use report, no-borrowing, hold or deny")
-    value = asked["tiers"]
-    if value is None:
-        out["tiers"] = (
-            current["tiers"] if row else bud.default_tiers(dict(WorkloadTier.objects.values_list("name", "priority")))
-        )
-    else:
-        if isinstance(value, str):
-            value = [t for t in value.replace(",", " ").split() if t]
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            raise InputError("tiers", f"{value!r} is not a list of tier names", 'give tier names, e.g. ["P1", "P2"]')
-        out["tiers"] = sorted({t.strip().upper() for t in value})
-    value = asked["warn_percent"]
-    out["warn_percent"] = (
-        current.get("warn_percent", 80)
-        if value is None
-        else _int("warn_percent", value, 1, 100, "a share from 1 to 100 %")
-    )
-    value = asked["carry_over_cap"]
-    out["carry_over_cap"] = (
-        current.get("carry_over_cap", 0)
-        if value is None
-        else _int("carry_over_cap", value, 0, bud.MAX_DEVICE_HOURS, "the device-hours it may carry over (0: none)")
-    )
-    value = asked["oversubscription"]
-    if value is None:
-        out["oversubscription"] = current.get("oversubscription", Decimal(1))
-    else:
+    errors: dict[str, list[str]] = {}
+    for name, parse in _PARSERS.items():
         try:
-            factor = Decimal(str(value).strip())
-            if not factor.is_finite() or not str(value).strip().isascii():  # "NaN", "Infinity", "١٫٢"
-                raise InvalidOperation
-            out["oversubscription"] = factor.quantize(Decimal("0.01"))
-        except InvalidOperation:
-            raise InputError(
-                "oversubscription",
-                f"{value!r} is not a number",
-                f"give a factor from 1 to {bud.MAX_OVERSUBSCRIPTION:g}, such as 1 or 1.25",
-            ) from None
-    value = asked["starts_on"]
-    if value is None or value == "":
-        out["starts_on"] = current.get("starts_on")
-    elif isinstance(value, date):
-        out["starts_on"] = value
-    else:
-        try:
-            out["starts_on"] = date.fromisoformat(str(value))
-        except ValueError:
-            raise InputError("starts_on", f"{value!r} is not a date", "give the first day as YYYY-MM-DD") from None
+            out[name] = parse(asked[name], current, row)
+        except InputError as exc:
+            errors.update(exc.errors)
+    if errors:
+        raise InputError.from_dict(errors)
     if out["starts_on"] is not None and not FIRST_DAY <= out["starts_on"] <= LAST_DAY:
         raise InputError(
             "starts_on", f"{out['starts_on']} is out of range", f"give a day from {FIRST_DAY} to {LAST_DAY}"
         )
     return out
+
+
+def _device_hours(value: Any, current: dict[str, Any], row: Budget | None) -> int:
+    if value is None:
+        return int(current["device_hours"])
+    return _int("device_hours", value, 0, bud.MAX_DEVICE_HOURS, "the device-hours per period (0 or more)")
+
+
+def _period(value: Any, current: dict[str, Any], row: Budget | None) -> str:
+    period = current.get("period", "month") if value is None else str(value)
+    if period not in {p.value for p in bud.Period}:
+        raise InputError("period", f"{value!r} is not a period", "use 'month' or 'quarter' (UTC)")
+    return period
+
+
+def _action(value: Any, current: dict[str, Any], row: Budget | None) -> str:
+    action = current.get("action", "report") if value is None else str(value)
+    if action not in {a.value for a in bud.BudgetAction}:
+        raise InputError("action", f"{value!r} is not an action", "use report, no-borrowing, hold or deny")
+    return action
+
+
+def _tiers(value: Any, current: dict[str, Any], row: Budget | None) -> list[str]:
+    if value is None:
+        if row:
+            return list(current["tiers"])
+        return bud.default_tiers(dict(WorkloadTier.objects.values_list("name", "priority")))
+    if isinstance(value, str):
+        value = [t for t in value.replace(",", " ").split() if t]
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise InputError("tiers", f"{value!r} is not a list of tier names", 'give tier names, e.g. ["P1", "P2"]')
+    return sorted({t.strip().upper() for t in value})
+
+
+def _warn_percent(value: Any, current: dict[str, Any], row: Budget | None) -> int:
+    if value is None:
+        return int(current.get("warn_percent", 80))
+    return _int("warn_percent", value, 1, 100, "a share from 1 to 100 %")
+
+
+def _carry_over_cap(value: Any, current: dict[str, Any], row: Budget | None) -> int:
+    if value is None:
+        return int(current.get("carry_over_cap", 0))
+    return _int("carry_over_cap", value, 0, bud.MAX_DEVICE_HOURS, "the device-hours it may carry over (0: none)")
+
+
+def _oversubscription(value: Any, current: dict[str, Any], row: Budget | None) -> Decimal:
+    if value is None:
+        return Decimal(current.get("oversubscription", Decimal(1)))
+    try:
+        factor = Decimal(str(value).strip())
+        if not factor.is_finite() or not str(value).strip().isascii():  # "NaN", "Infinity", "١٫٢"
+            raise InvalidOperation
+        return factor.quantize(Decimal("0.01"))
+    except InvalidOperation:
+        raise InputError(
+            "oversubscription",
+            f"{value!r} is not a number",
+            f"give a factor from 1 to {bud.MAX_OVERSUBSCRIPTION:g}, such as 1 or 1.25",
+        ) from None
+
+
+def _starts_on(value: Any, current: dict[str, Any], row: Budget | None) -> date | None:
+    if value is None or value == "":
+        return current.get("starts_on")
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise InputError("starts_on", f"{value!r} is not a date", "give the first day as YYYY-MM-DD") from None
+
+
+_PARSERS: dict[str, Callable[[Any, dict[str, Any], Budget | None], Any]] = {
+    "device_hours": _device_hours,
+    "period": _period,
+    "action": _action,
+    "tiers": _tiers,
+    "warn_percent": _warn_percent,
+    "carry_over_cap": _carry_over_cap,
+    "oversubscription": _oversubscription,
+    "starts_on": _starts_on,
+}
 
 
 FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2999, 12, 1)

@@ -41,5 +41,5 @@ def test_a_large_review_pdf_shows_departments_and_says_where_the_rows_are(org, m
     compact = text(write_pdf(data, tmp_path / "compact.pdf"))
     assert "By department — 3 unit-flavor rows in 2 sections; every row in units.csv and the XLSX" in compact
     # research: nlp and vision, 2 units, guarantees 30 + 20, 720 + 18,000 allocated, 3,600 borrowed, 1,440 queued
-    assert "west/a100 2 50 18720 3600 1440" in compact and "1 grow, 1 shrink" in compact
+    assert "west/a100 2 50 18,720 3,600 1,440" in compact and "1 grow, 1 shrink" in compact
     assert "Alloc h Borrowed h Lent h" not in compact  # the full units table is left to the CSV and XLSX

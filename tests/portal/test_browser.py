@@ -163,7 +163,7 @@ def test_a_lead_turns_a_finding_into_a_change_request_the_head_approves(browser,
     page.get_by_role("heading", name="Your units").wait_for()
     lead.shot("findings")
     card = page.locator(f"#finding-{finding.pk}")
-    assert "9876.00" in card.inner_text()
+    assert "9,876.00" in card.inner_text()
     card.get_by_role("button", name="Request this change").click()
     page.get_by_text("Waiting for approval").wait_for()
     request = ChangeRequest.objects.get()

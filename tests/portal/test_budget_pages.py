@@ -75,6 +75,28 @@ def test_bad_input_is_refused_beside_the_flavors_field_and_what_was_typed_stays(
     assert 'aria-invalid="true"' in html and 'value="-40"' in html
 
 
+def test_every_bad_field_of_a_flavor_is_named_at_once_with_its_fix(demo):
+    """Issue #42: the form named only the first bad field per flavor: three rounds for three mistakes."""
+    head, team, a100 = signed_in("head-research"), unit("acme/research/nlp"), flavor()
+    p = f"b{a100.pk}"
+    data = {
+        **form(head, team),
+        f"{p}-device_hours": "-40",
+        f"{p}-warn_percent": "150",
+        f"{p}-oversubscription": "lots",
+        "reason": "plan",
+    }
+    response = head.post(f"/units/{team.pk}/budgets/", data)
+    assert response.status_code == 400 and not Budget.objects.exists()
+    (row,) = [r for r in response.context["rows"] if r.flavor == a100]
+    assert set(row.errors) == {"device_hours", "warn_percent", "oversubscription"}
+    assert "from 1 to 100" in row.errors["warn_percent"] and "such as 1 or 1.25" in row.errors["oversubscription"]
+    html = response.content.decode()
+    assert "Not saved: 3 fields to fix." in html
+    for name in ("device_hours", "warn_percent", "oversubscription"):
+        assert f'href="#{p}-{name}"' in html  # each linked from the summary on top
+
+
 def test_children_above_the_parents_budget_are_refused_with_the_figures(demo):
     head, a100 = signed_in("head-research"), flavor()
     admin = User.objects.get(username="admin")
