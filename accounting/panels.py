@@ -1,6 +1,7 @@
 """The accounting pillar's parts of the portal's pages (quotas.portal.panels), registered in
 ``AccountingConfig.ready``: on the unit page its use over time, its fair-share on each Slurm cluster
-and its GPU-hour budgets; on the organisation page the live findings on the units a lead leads."""
+and its GPU-hour budgets; on the organisation page the live findings on the units a lead leads; on a
+pending change request's page how its units used the GPUs it changes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 from django.db.models import Count, Q
 from django.http import HttpRequest
 
-from quotas.models import Cluster, ClusterKind, OrgUnit
+from quotas.access import led_paths, may_read_costs
+from quotas.models import ChangeRequest, Cluster, ClusterKind, OrgUnit, Quota, ResourceFlavor
 from quotas.policy.durations import format_duration
-from quotas.portal.panels import register_home_panel, register_unit_panel
+from quotas.portal.panels import register_home_panel, register_request_panel, register_unit_panel
 from quotas.selectors import subtree
 
 
@@ -84,8 +86,48 @@ def findings_count(request: HttpRequest, led: list[str]) -> dict[str, Any]:
     return {"findings": {r["state"]: r["n"] for r in rows}}
 
 
+def request_usage(request: HttpRequest, change_request: ChangeRequest, items: list[tuple[int, int]]) -> dict[str, Any]:
+    """Per GPU quota the request changes: over the 30 days up to its latest usage, the most GPUs the
+    unit (and below) held in an hour, the median hour, the share of hours it held its whole current
+    guarantee and the device-hours it queued — for the units whose usage the reader may see
+    (ALLOT_SHOWBACK_VISIBILITY); the others are named as hidden."""
+    from accounting.policy.findings import percentile
+    from accounting.selectors.usage import held_by_hour
+
+    if not items:
+        return {}
+    units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={u for u, _ in items})}
+    flavors = {f.pk: f"{f.cluster.name}/{f.name}" for f in ResourceFlavor.objects.select_related("cluster")}
+    current = {
+        (q.unit_id, q.flavor_id): q.guarantee
+        for q in Quota.objects.filter(unit_id__in=units, resource="nvidia.com/gpu")
+    }
+    led = led_paths(request.user)
+    rows, hidden = [], []
+    for unit_id, flavor_id in sorted(set(items), key=lambda k: (units[k[0]].path, flavors.get(k[1], ""))):
+        unit = units[unit_id]
+        if not may_read_costs(request.user, unit.path, led):
+            hidden.append(unit.path)
+            continue
+        start, end, hours = held_by_hour(unit.path, flavor_id)
+        held = [h for h, _ in hours]
+        guarantee = current.get((unit_id, flavor_id), 0)
+        full = sum(1 for h in held if guarantee and h >= guarantee - 0.5)
+        rows.append(
+            {
+                "unit": unit.path, "flavor": flavors.get(flavor_id, "?"), "hours": len(hours), "start": start,
+                "end": end, "peak": max(held, default=0.0), "median": percentile(held, 0.5),
+                "p95": percentile(held, 0.95), "guarantee": guarantee,
+                "full_share": round(100 * full / len(held)) if held and guarantee else None,
+                "queued_h": sum(q for _, q in hours),
+            }
+        )  # fmt: skip
+    return {"request_usage": rows, "request_usage_hidden": sorted(set(hidden))}
+
+
 def register() -> None:
     register_unit_panel("accounting.usage", usage_panel)
     register_unit_panel("accounting.fairshare", fairshare_panel)
     register_unit_panel("accounting.budgets", budgets_panel)
     register_home_panel("accounting.findings", findings_count)
+    register_request_panel("accounting.usage", request_usage)

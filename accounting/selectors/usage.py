@@ -254,3 +254,22 @@ def usage_months() -> list[str]:
     """Months with usage, newest first (YYYY-MM): what the showback and fairness pages offer."""
     months = UsageHour.objects.annotate(m=TruncMonth("hour")).values_list("m", flat=True).distinct().order_by("-m")
     return [m.strftime("%Y-%m") for m in months]
+
+
+def held_by_hour(path: str, flavor_id: int, *, days: int = 30) -> tuple[datetime, datetime, list[tuple[float, float]]]:
+    """Over the ``days`` up to the latest hour with usage of ``path`` (and below) on one flavor: per
+    hour with telemetry, (devices held, devices queued) — device-hours in the hour, the subtree summed
+    in SQL (each unit's rows count only its own workloads). ``(end, end, [])`` when it has none."""
+    rows = usage_hours(within=path).filter(flavor_id=flavor_id, minutes__gt=0)
+    last = rows.aggregate(last=Max("hour"))["last"]
+    if last is None:
+        now = datetime.now().astimezone()
+        return now, now, []
+    start = last - timedelta(days=days) + timedelta(hours=1)
+    hours = (
+        rows.filter(hour__gte=start, hour__lte=last)
+        .values("hour")
+        .annotate(held=Sum("allocated"), queued=Sum("pending"))
+        .values_list("held", "queued")
+    )
+    return start, last + timedelta(hours=1), [(float(h or 0), float(q or 0)) for h, q in hours]

@@ -42,6 +42,7 @@ from quotas.policy.durations import format_duration
 from quotas.policy.invariants import validate_tree
 from quotas.policy.quantity import Resource, format_quantity
 from quotas.portal.charts import bar_rows, quota_bars, stacked_capacity
+from quotas.portal.decide import decision_context
 from quotas.portal.panels import home_panels, unit_panels
 from quotas.previews import kueue_reach
 from quotas.services.change_requests import request_lines, request_violations
@@ -340,5 +341,6 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
             "violations": request_violations(change_request) if pending else [],
             "pending": pending,
             "units": request_units(change_request),
+            **(decision_context(request, change_request) if pending else {}),
         },
     )

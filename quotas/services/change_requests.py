@@ -42,9 +42,7 @@ from .budgets import BudgetChange, budget_proposal, budget_set_bulk
 from .envelope import who_decides
 from .locks import lock_units
 from .quota import QuotaChange, proposed_quota, quota_set_bulk
-
-Item = QuotaChange | BudgetChange
-BUDGET_SHOWN = ("device_hours", "period", "action", "tiers", "warn_percent", "carry_over_cap", "oversubscription")
+from .request_items import BUDGET_SHOWN, Item, as_change, as_dict
 
 WORDS = {Resource.GPU: "GPUs", Resource.CPU: "CPU cores", Resource.MEMORY: "memory"}
 
@@ -118,7 +116,7 @@ def request_lines(request: ChangeRequest) -> list[RequestLine]:
 
 def request_violations(request: ChangeRequest) -> list[Violation]:
     """What applying ``request`` now would break (the checks approval runs), for its page and mail."""
-    items = [_as_change(c) for c in request.changes]
+    items = [as_change(c) for c in request.changes]
     units = {u.pk: u for u in OrgUnit.objects.filter(pk__in={c.unit_id for c in items}, archived_at__isnull=True)}
     if len(units) != len({c.unit_id for c in items}):
         return []  # a unit was archived: approval refuses it with that reason
@@ -158,43 +156,6 @@ def portal_link(path: str) -> str:
     from django.conf import settings
 
     return f"{settings.ALLOT_PORTAL_URL.rstrip('/')}{path}"
-
-
-def _as_dict(change: Item) -> dict[str, Any]:
-    if isinstance(change, BudgetChange):
-        starts = change.starts_on
-        return {
-            "kind": "budget",
-            "unit": change.unit_id,
-            "flavor": change.flavor_id,
-            **{name: getattr(change, name) for name in BUDGET_SHOWN},
-            "starts_on": starts.isoformat() if hasattr(starts, "isoformat") else starts,
-            "version": change.expected_version,
-        }
-    return {
-        "unit": change.unit_id,
-        "flavor": change.flavor_id,
-        "resource": change.resource.value,
-        "guarantee": change.guarantee,
-        "burst": change.burst,
-        "lendable": change.lendable,
-        "version": change.expected_version,
-    }
-
-
-def _as_change(data: dict[str, Any]) -> Item:
-    if data.get("kind") == "budget":
-        fields = {name: data[name] for name in (*BUDGET_SHOWN, "starts_on")}
-        return BudgetChange(data["unit"], data["flavor"], **fields, expected_version=data["version"])
-    return QuotaChange(
-        data["unit"],
-        data["flavor"],
-        Resource(data["resource"]),
-        data["guarantee"],
-        data["burst"],
-        data["lendable"],
-        data["version"],
-    )
 
 
 @transaction.atomic
@@ -252,12 +213,12 @@ def change_request_submit(*, actor: Viewer, reason: str, changes: Sequence[Item]
     same = ChangeRequest.objects.filter(
         unit=top, requested_by=actor, status=ChangeRequestStatus.PENDING, reason=reason
     ).order_by("pk")
-    wanted = [_as_dict(c) for c in based]
+    wanted = [as_dict(c) for c in based]
     for earlier in same:
         if earlier.changes == wanted:
             return earlier
     request = ChangeRequest.objects.create(
-        unit=top, requested_by=actor, reason=reason, created_at=timezone.now(), changes=[_as_dict(c) for c in based]
+        unit=top, requested_by=actor, reason=reason, created_at=timezone.now(), changes=[as_dict(c) for c in based]
     )
     request.units.set(units.values())
     audit_write(
@@ -300,7 +261,7 @@ def change_request_approve(*, actor: Viewer, request: ChangeRequest, comment: st
             f"you asked for request #{request.pk}: another lead above {request.unit.path} (or a platform admin) "
             "approves it — four eyes (ALLOT_REQUESTS_SECOND_PERSON); you may withdraw it by rejecting it"
         )
-    quotas, budgets = _split([_as_change(c) for c in request.changes])
+    quotas, budgets = _split([as_change(c) for c in request.changes])
     why = f"change request #{request.pk}: {request.reason}"
     before = _frozen(request)  # what it read as before anything is applied: kept with the decision
     try:

@@ -1,7 +1,8 @@
 """The lead's everyday task in a real browser at a desktop width and a phone's (issue #42): from the
 team page a project's guarantee is lowered in three clicks, and a change above the team's envelope is
 sent from the same form as one change request; the approver sees it waiting on every page and decides
-it. Screenshots go to artifacts/screenshots/."""
+it with what the units hold, the room above, their usage and each cluster's change in view.
+Screenshots go to artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ def test_the_lead_edits_a_project_from_the_team_page_and_asks_above_the_envelope
         page.get_by_role("button", name="Menu").click()
     page.get_by_role("link", name="Change requests").click()
     page.locator(f"a[href='/requests/{request.pk}/']").first.click()
+    # decided with the facts in view: holdings and room, usage, the exact change on each cluster
+    for part in ("#standing", "#request-usage", "#cluster-diff"):
+        expect(page.locator(part)).to_be_visible()
+    expect(page.locator("#standing")).to_contain_text("acme/research/nlp/llm-pretrain")
+    expect(page.locator("#cluster-diff + .card")).to_contain_text("On k8s-west:")
+    assert no_sideways_scroll(page)
+    head.shot(f"approver-decides-{width}")
     page.get_by_role("button", name="Approve and apply").click()
     page.get_by_text("Approved and applied").first.wait_for()
     assert gpu(project.unit.path).guarantee == project.guarantee - 2 + more
