@@ -43,9 +43,11 @@ class Command(BaseCommand):
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
             mail.outbox = []
             run = load_usage_demo(progress)
+            self.research()  # before the other findings: its detection's window is today's
             self.fleet()
             if run is None:
                 self.stdout.write("Found the demo's month of usage.")
+                self.logins()
                 return
             self.stdout.write(
                 f"Loaded {run.counts['rows']:,} team-minutes of {run.counts['units']} teams "
@@ -61,6 +63,28 @@ class Command(BaseCommand):
             f"the month, its findings, plan and review, sign in as head-earth (Earth's head) or "
             f"{', '.join(sorted(LEADS.values()))} (password 'allot-demo')."
         )
+        self.logins()
+
+    def logins(self) -> None:
+        from quotas.demo import DEMO_PASSWORD, demo_users
+
+        self.stdout.write(f"Demo logins (password '{DEMO_PASSWORD}' for all): " + ", ".join(demo_users()))
+
+    def research(self) -> None:
+        """The research department's recent month (synthetic): what lead-nlp and head-research meet."""
+        from django.utils import timezone
+
+        from accounting.demo_research import load_research_demo
+        from accounting.services.budgets import budgets_evaluate
+        from accounting.services.findings import findings_detect
+
+        if load_research_demo():
+            budgets_evaluate()
+            found = findings_detect(now=timezone.now()).found
+            self.stdout.write(
+                f"Loaded the research department's recent month (synthetic), a budget and a pending change request: "
+                f"{found or 'no findings'}; sign in as lead-nlp or head-research"
+            )
 
     def fleet(self) -> None:
         """The cluster of Example 8.2 (a synthetic month): its pool table and mismatch findings."""
@@ -90,17 +114,26 @@ class Command(BaseCommand):
         self.stdout.write(f"Findings for May 2020: {found.found or 'none'}")
 
     def review(self) -> None:
-        """The month's governance review of Earth (all three formats), as beat builds one on the 1st."""
+        """Last month's governance review of research and May 2020's of Earth (all three formats), as beat
+        builds one on the 1st."""
+        from accounting.demo_research import research_window
         from accounting.models import Review
-        from accounting.services.review import review_generate
         from quotas.models import OrgUnit
 
+        research, last_month = OrgUnit.objects.get(path="acme/research"), research_window()[0].strftime("%Y-%m")
+        if not Review.objects.filter(unit=research, month=last_month).exists():
+            self.build(research, last_month)
         earth = OrgUnit.objects.get(path="acme/earth")
         if Review.objects.filter(unit=earth, month="2020-05").exists():
             return
+        self.build(earth, "2020-05")
+
+    def build(self, unit: Any, month: str) -> None:
+        from accounting.services.review import review_generate
+
         try:
-            review = review_generate(unit=earth, month="2020-05")
+            review = review_generate(unit=unit, month=month)
         except RuntimeError as exc:  # no pango for the PDF on this machine: the other formats still come
             self.stdout.write(f"{exc}; writing the review as CSV and XLSX only")
-            review = review_generate(unit=earth, month="2020-05", formats=("csv", "xlsx"))
-        self.stdout.write(f"Governance review of acme/earth for 2020-05: {review.summary['verdicts']}")
+            review = review_generate(unit=unit, month=month, formats=("csv", "xlsx"))
+        self.stdout.write(f"Governance review of {unit.path} for {month}: {review.summary['verdicts']}")
