@@ -20,11 +20,17 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name="quotas.tasks.cluster_sync", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)
-def cluster_sync_task(cluster_id: int, mode: str = SyncMode.APPLY, reason: str = "scheduled sync") -> dict[str, object]:
-    """Sync one cluster (idempotent: a second run writes nothing). Cluster errors are recorded in the
-    run, not raised; only database trouble is retried."""
+def cluster_sync_task(
+    cluster_id: int, mode: str = SyncMode.APPLY, reason: str = "scheduled sync", actor_id: int | None = None
+) -> dict[str, object]:
+    """Sync one cluster (idempotent: a second run writes nothing), recorded as ``actor_id``'s run (the
+    person who started it in the portal or the API; None: the system's schedule). Cluster errors are
+    recorded in the run, not raised; only database trouble is retried."""
+    from django.contrib.auth import get_user_model
+
     cluster = Cluster.objects.get(pk=cluster_id)
-    run = cluster_sync(actor=None, reason=reason, cluster=cluster, mode=mode)
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
+    run = cluster_sync(actor=actor, reason=reason, cluster=cluster, mode=mode)
     return {"run": run.pk, "status": run.status, "counts": run.counts}
 
 

@@ -20,5 +20,6 @@ urlpatterns = [
     path("requests/<int:request_id>/", views.request_detail, name="request"),
     path("clusters/", clusters.clusters, name="clusters"),
     path("clusters/<str:name>/slurm/<str:what>/", clusters.slurm_file, name="slurm-file"),
+    path("clusters/<str:name>/start/", clusters.cluster_start, name="cluster-start"),
     path("sync-runs/<int:run_id>/", clusters.sync_run, name="sync-run"),
 ]

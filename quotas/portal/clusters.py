@@ -1,18 +1,34 @@
-"""Cluster pages: every cluster with its last sync and drift check, one run's per-object outcomes,
-and a Slurm cluster's accounts as files a site can load by hand."""
+"""Cluster pages: every cluster with its last sync and drift check, its recent runs and (for platform
+admins) buttons to sync, dry-run or check drift now; the MultiKueue fleets; one run's per-object
+outcomes; and a Slurm cluster's accounts as files a site can load by hand."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from quotas import selectors, services
 from quotas.access import is_platform_admin
 from quotas.errors import InputError
-from quotas.models import Cluster, ClusterKind, DriftPolicy, SubtreeCeilings, SyncOutcome, SyncRun
+from quotas.models import (
+    Cluster,
+    ClusterKind,
+    DriftPolicy,
+    Fleet,
+    FleetWorker,
+    SubtreeCeilings,
+    SyncMode,
+    SyncOutcome,
+    SyncRun,
+)
 from quotas.policy.slurm.render import qos_script, render_dump
 
 ATTENTION = [
@@ -24,6 +40,8 @@ ATTENTION = [
     SyncOutcome.DRIFT,
 ]
 SHOWN = 500
+RECENT = 5
+STARTED = {SyncMode.APPLY: "A sync", SyncMode.DRY_RUN: "A dry run", SyncMode.DRIFT_CHECK: "A drift check"}
 
 
 @login_required
@@ -53,13 +71,68 @@ def clusters(request: HttpRequest) -> HttpResponse:
         request,
         "quotas/clusters.html",
         {
-            "rows": selectors.clusters_overview(),
+            "rows": _with_recent(selectors.clusters_overview()),
+            "fleets": Fleet.objects.select_related("manager").prefetch_related(
+                Prefetch("workers", queryset=FleetWorker.objects.select_related("cluster"))
+            ),
+            "modes": SyncMode.choices,
             "schedule": selectors.beat_schedule_overview(),
             "admin": is_platform_admin(request.user),
             "policies": DriftPolicy.choices,
             "ceilings": SubtreeCeilings.choices,
         },
     )
+
+
+def _with_recent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its cluster's last RECENT runs of any mode: the history beside the buttons."""
+    from django.db.models import F, Window
+    from django.db.models.functions import RowNumber
+
+    ranked = SyncRun.objects.annotate(
+        nth=Window(RowNumber(), partition_by=[F("cluster_id")], order_by=[F("started_at").desc(), F("id").desc()])
+    ).filter(nth__lte=RECENT)  # one query, whatever the number of clusters
+    recent: dict[int, list[SyncRun]] = {}
+    for run in ranked.order_by("cluster_id", "nth"):
+        recent.setdefault(run.cluster_id, []).append(run)
+    for row in rows:
+        row["recent"] = recent.get(row["cluster"].pk, [])
+    return rows
+
+
+@login_required
+@require_POST
+def cluster_start(request: HttpRequest, name: str) -> HttpResponse:
+    """A platform admin starts a sync, dry run or drift check of one cluster now (the same as
+    POST /api/v1/clusters/NAME/sync/): queued after commit, recorded as theirs with their reason."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("platform admins start cluster runs")
+    from quotas.tasks import cluster_sync_task
+
+    cluster = get_object_or_404(Cluster, name=name)
+    mode = request.POST.get("mode", "")
+    if mode not in SyncMode.values:
+        messages.error(
+            request, f"{cluster.name}: say which run to start (sync, dry run or drift check): nothing started."
+        )
+        return redirect("quotas:clusters")
+    if not cluster.enabled:
+        messages.error(
+            request, f"{cluster.name} is not synced here (switched off): tick 'synced' in its settings first."
+        )
+        return redirect("quotas:clusters")
+    try:
+        reason = services.audit.require_reason(request.POST.get("reason", ""))
+    except InputError as exc:
+        messages.error(request, f"{cluster.name}: {exc}")
+        return redirect("quotas:clusters")
+    actor = request.user.pk
+    transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, mode, reason, actor))
+    messages.success(
+        request,
+        f"{STARTED[SyncMode(mode)]} of {cluster.name} was started: it is listed under its recent runs when done.",
+    )
+    return redirect("quotas:clusters")
 
 
 @login_required

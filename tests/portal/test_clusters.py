@@ -29,12 +29,14 @@ def test_every_cluster_with_its_last_run_and_drift_check(viewer, demo, crd_schem
         drift = cluster_sync(actor=admin, reason="check", cluster=demo, mode="drift_check")
     slurm = Cluster.objects.get(name="slurm-lab")
     failed = slurm_sync(actor=admin, reason="t", cluster=slurm, runner=Sacctmgr(binary="/nonexistent/sacctmgr"))
-    with django_assert_max_num_queries(8):  # the same with one cluster or a hundred
+    with django_assert_max_num_queries(11):  # the same with one cluster or a hundred (recent runs, fleets: 3)
         page = viewer.get("/clusters/")
     assert page.status_code == 200
     html = page.content.decode()
     assert f'href="/sync-runs/{drift.pk}/"' in html and f'href="/sync-runs/{failed.pk}/"' in html
-    assert f'href="/sync-runs/{applied.pk}/"' not in html  # the drift check is k8s-west's latest run
+    last, recent = html.split('id="recent-k8s-west"', 1)
+    assert f'href="/sync-runs/{applied.pk}/"' not in last  # the drift check is k8s-west's latest run …
+    assert f'href="/sync-runs/{applied.pk}/"' in recent.split("</td>", 1)[0]  # … the sync among its recent ones
     assert "Failed: the cluster could not be read or written" in html and "In sync (no change needed)" in html
     assert 'href="/clusters/slurm-lab/slurm/dump/"' in html
     written = viewer.get(f"/sync-runs/{applied.pk}/").content.decode()
@@ -81,3 +83,62 @@ def test_a_slurm_clusters_dump_and_qos_script_as_text(viewer):
     assert viewer.get("/clusters/k8s-west/slurm/dump/").status_code == 404
     assert viewer.get("/clusters/slurm-lab/slurm/other/").status_code == 404
     assert Client().get("/clusters/").status_code == 302  # sign in first
+
+
+def signed_in_as(username):
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client
+
+
+def test_an_admin_starts_a_dry_run_from_the_page_and_it_is_theirs_in_the_history(
+    demo, crd_schemas, monkeypatch, django_capture_on_commit_callbacks
+):
+    from config.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)  # the demo's way: in-process, after commit
+    admin = signed_in_as("admin")
+    with FakeKueueServer(crd_schemas) as fake:
+        demo.connection_ref = f"url:{fake.url}"
+        demo.save()
+        page = admin.get("/clusters/").content.decode()
+        assert 'action="/clusters/k8s-west/start/"' in page and ">Sync now</button>" in page
+        assert "none yet" in page.split('id="recent-k8s-west"', 1)[1].split("</td>", 1)[0]
+        with_no_reason = admin.post("/clusters/k8s-west/start/", {"mode": "dry_run", "reason": ""}, follow=True)
+        assert "reason" in with_no_reason.content.decode().lower() and not SyncRun.objects.exists()
+        with django_capture_on_commit_callbacks(execute=True):
+            admin.post("/clusters/k8s-west/start/", {"mode": "dry_run", "reason": "before the window"})
+        done = admin.get("/clusters/")
+    assert "A dry run of k8s-west was started" in done.content.decode()
+    run = SyncRun.objects.get()
+    assert (run.mode, run.actor_name, run.reason) == ("dry_run", "admin", "before the window")
+    recent = done.content.decode().split('id="recent-k8s-west"', 1)[1].split("</td>", 1)[0]
+    assert f'href="/sync-runs/{run.pk}/"' in recent and "by admin" in recent
+
+
+def test_only_a_platform_admin_may_start_a_run_and_never_on_a_switched_off_cluster(demo):
+    viewer = signed_in_as("viewer")
+    assert "/clusters/k8s-west/start/" not in viewer.get("/clusters/").content.decode()  # no buttons to press
+    assert viewer.post("/clusters/k8s-west/start/", {"mode": "apply", "reason": "x"}).status_code == 403
+    assert signed_in_as("admin").get("/clusters/k8s-west/start/").status_code == 405
+    demo.enabled = False
+    demo.save()
+    off = signed_in_as("admin").post("/clusters/k8s-west/start/", {"mode": "apply", "reason": "x"}, follow=True)
+    assert "is not synced here" in off.content.decode() and not SyncRun.objects.exists()
+    odd = signed_in_as("admin").post("/clusters/slurm-lab/start/", {"mode": "everything", "reason": "x"}, follow=True)
+    assert "nothing started" in odd.content.decode()
+
+
+def test_the_fleets_are_on_the_clusters_page_with_their_workers_in_order(demo, viewer):
+    from quotas import services
+
+    admin = User.objects.get(username="admin")
+    hub = services.cluster_set(actor=admin, reason="t", name="hub", kind="kubernetes", display_name="Hub")
+    west2 = services.cluster_set(actor=admin, reason="t", name="west-2", kind="kubernetes", display_name="W2")
+    services.fleet_set(actor=admin, reason="one queue", name="west", manager=hub,
+                       workers=[(west2, "west-2-kubeconfig"), (demo, "k8s-west-kubeconfig")])  # fmt: skip
+    html = viewer.get("/clusters/").content.decode()
+    fleet = html.split('id="fleet-west"', 1)[1].split("</div>", 1)[0]
+    assert "manager <strong>hub</strong>" in fleet
+    assert fleet.index("1. <strong>west-2</strong>") < fleet.index("2. <strong>k8s-west</strong>")
+    assert "Secret k8s-west-kubeconfig" in fleet

@@ -56,6 +56,7 @@ def test_sync_through_the_api_records_a_run(
         assert response.status_code == 202
     run = SyncRun.objects.get()
     assert run.status == SyncStatus.APPLIED and run.reason == "first sync"
+    assert run.actor_name == "admin"  # who asked, not "system"
     listed = admin_api.get("/api/v1/sync-runs/", {"cluster": "k8s-west"}).json()
     assert listed["count"] == 1 and listed["results"][0]["counts"] == {"created": 45}
     detail = admin_api.get(f"/api/v1/sync-runs/{run.pk}/").json()

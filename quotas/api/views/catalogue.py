@@ -146,7 +146,8 @@ class ClusterViewSet(CatalogueViewSet):
         cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
         data = parse_input(SyncIn, request)
         reason = services.audit.require_reason(data["reason"])
-        transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, data["mode"], reason))
+        actor = request.user.pk
+        transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, data["mode"], reason, actor))
         return Response(
             {
                 "queued": True,
