@@ -24,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from accounting.selectors.usage import latest_usage, unit_org_labels
+from quotas.access import is_platform_admin
 
 MEASURES = {
     "guarantee": "Guarantee, in devices",
@@ -62,12 +63,19 @@ class UsageCollector(Collector):
 
 
 def usage_metrics(request: HttpRequest) -> HttpResponse:
-    """For a signed-in user, or a scraper sending ``Authorization: Bearer <ALLOT_METRICS_TOKEN>``."""
+    """For a signed-in user, or a scraper sending ``Authorization: Bearer <ALLOT_METRICS_TOKEN>``; under
+    ALLOT_SHOWBACK_VISIBILITY=leads (every unit's usage at once) a platform admin or the scraper only."""
     token = settings.ALLOT_METRICS_TOKEN
     sent = request.META.get("HTTP_AUTHORIZATION", "")
     scraper = bool(token) and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].encode(), token.encode())
     if not (scraper or request.user.is_authenticated):
         return HttpResponse("sign in, or send Authorization: Bearer <ALLOT_METRICS_TOKEN>\n", status=401)
+    if not scraper and settings.ALLOT_SHOWBACK_VISIBILITY == "leads" and not is_platform_admin(request.user):
+        return HttpResponse(
+            "every unit's usage: under ALLOT_SHOWBACK_VISIBILITY=leads for platform admins and the scraper's token; "
+            "a lead reads their units' on their pages and in /api/v1/usage/\n",
+            status=403,
+        )
     registry = CollectorRegistry()
     registry.register(UsageCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

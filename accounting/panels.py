@@ -25,6 +25,8 @@ def usage_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) ->
     from accounting.charts import usage_chart
     from accounting.selectors.usage import unit_usage_days, usage_hours
 
+    if not may_read_costs(request.user, unit.path):  # ALLOT_SHOWBACK_VISIBILITY=leads: its leads and above
+        return {"usage": None, "usage_hidden": True}
     chart_rows = base["chart_rows"]
     period = request.GET.get("usage", "day")
     if period not in ("day", "week", "month"):

@@ -71,12 +71,20 @@ USAGE_ROWS = inline_serializer(
 @api_view(["GET"])
 def usage(request: Request) -> Response:
     """Device-hours per group: guarantee, allocated (within the guarantee / borrowed), lent, pending
-    (queued demand), active and productive (null where not measured), with telemetry coverage."""
+    (queued demand), active and productive (null where not measured), with telemetry coverage. Under
+    ALLOT_SHOWBACK_VISIBILITY=leads, only the units the caller leads and below (platform admins: all):
+    the figures behind findings and plans follow their rule."""
+    from quotas.access import cost_readable_paths, within_any
+
     query = UsageQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     params = dict(query.validated_data)
     group_by = params.pop("group_by")
-    return Response(usage_summary(usage_hours(**params), group_by, start=params["start"], end=params["end"]))
+    rows = usage_hours(**params)
+    paths = cost_readable_paths(request.user)
+    if paths is not None:
+        rows = rows.filter(within_any("unit__path", paths))
+    return Response(usage_summary(rows, group_by, start=params["start"], end=params["end"]))
 
 
 class WorkloadRecordOut(serializers.ModelSerializer):

@@ -97,3 +97,28 @@ def test_the_run_commands_demo_keeps_every_month_s_findings_and_names_every_logi
     start, _ = research_window()
     review = Review.objects.get(unit__path="acme/research", month=start.strftime("%Y-%m"))
     assert review.summary["units"] >= len(PROFILE), review.summary
+
+
+def test_under_the_leads_rule_usage_is_read_like_costs(research, settings):
+    """The figures behind findings and plans follow their rule: a lead reads their subtree's usage (API and
+    the unit page), not a sibling's; everyone reads it under the default."""
+    from rest_framework.test import APIClient
+
+    def units(username):
+        client = APIClient()
+        client.force_authenticate(User.objects.get(username=username))
+        rows = client.get("/api/v1/usage/", {"group_by": "unit"}).json()
+        return {r["unit_path"] for r in rows}
+
+    vision = OrgUnit.objects.get(path="acme/research/vision")
+    assert "acme/research/nlp/llm-pretrain" in units("lead-vision")
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    seen = units("lead-vision")
+    assert seen and all(p.startswith("acme/research/vision") for p in seen), seen
+    assert "acme/research/nlp/llm-pretrain" in units("head-research") and units("admin") >= seen
+    nlp_page = signed_in("lead-vision").get(f"/units/{gpu('acme/research/nlp').unit_id}/").content.decode()
+    assert 'id="usage-hidden"' in nlp_page and "Use over time" not in nlp_page
+    assert "Use over time" in signed_in("lead-vision").get(f"/units/{vision.pk}/").content.decode()
+    # every unit's usage at once (Prometheus): a platform admin or the scraper's token, not a lead
+    assert signed_in("lead-vision").get("/metrics/usage").status_code == 403
+    assert signed_in("admin").get("/metrics/usage").status_code == 200
