@@ -28,6 +28,7 @@ def test_the_lead_edits_a_project_from_the_team_page_and_asks_above_the_envelope
     nlp, project = gpu("acme/research/nlp"), gpu("acme/research/nlp/llm-pretrain")
     page = lead.open(f"/units/{nlp.unit_id}/")
     assert no_sideways_scroll(page)
+    lead.shot(f"lead-unit-{width}")  # the lead's guide's first picture: their own view, not an admin's
     clicks = 0
     page.locator("#inside-quotas").get_by_role("link", name="Edit llm-pretrain").click()  # 1
     clicks += 1
