@@ -17,6 +17,7 @@ from quotas.policy.kueue.reach import reachable
 from quotas.policy.kueue.translate import CompileError, kueue_name
 from quotas.policy.slurm.diff import preview_slurm
 from quotas.policy.slurm.translate import compile_slurm
+from quotas.policy.snapshot import OrgSnapshot
 from quotas.policy.violations import Violation
 from quotas.selectors import flavor_keys, kueue_target, org_snapshot, policy_revision, slurm_target
 from quotas.services.quota import QuotaChange, proposed_quota
@@ -46,10 +47,10 @@ class Preview:
         }
 
 
-def quota_change_preview(changes: Sequence[QuotaChange]) -> Preview:
+def quota_change_preview(changes: Sequence[QuotaChange], snapshot: OrgSnapshot | None = None) -> Preview:
     """Violations the changes would cause, and per cluster the exact diff: Kueue objects on
     Kubernetes clusters, QOS / accounts / user associations on Slurm clusters."""
-    snapshot = org_snapshot()
+    snapshot = snapshot or org_snapshot()  # a caller that read the whole tree already passes it
     keys = flavor_keys()
     edits = {}
     for change in changes:

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .capacity import reclaimable
+from .invariants import QuotaView
 from .quantity import Resource
-from .snapshot import ZERO, OrgSnapshot, Quota, QuotaKey
+from .snapshot import OrgSnapshot, Quota, QuotaKey
 
 
 @dataclass(frozen=True)
@@ -33,36 +34,26 @@ class Room:
 
 def guarantee_room(snapshot: OrgSnapshot, edits: Mapping[QuotaKey, Quota]) -> list[Room]:
     """For every edited key, the room under its holder now and with every edit applied (siblings
-    edited together counted together). One entry per edited key, in the edits' order."""
+    edited together counted together: the invariants' own view of the edits, one pass over them).
+    One entry per edited key, in the edits' order."""
+    views = {False: QuotaView(snapshot, {}), True: QuotaView(snapshot, edits)}
 
-    def quota(key: QuotaKey, *, edited: bool) -> Quota:
-        return edits.get(key, snapshot.quotas.get(key, ZERO)) if edited else snapshot.quotas.get(key, ZERO)
-
-    def given(parent: int | None, flavor: str, resource: Resource, *, edited: bool) -> int:
-        if parent is not None and not edited:
-            return snapshot.children_guarantee.get((parent, flavor, resource), 0)
-        if parent is not None:
-            moved = sum(
-                q.guarantee - snapshot.quotas.get(k, ZERO).guarantee
-                for k, q in edits.items()
-                if k[1:] == (flavor, resource) and _parent(snapshot, k[0]) == parent
-            )
-            return snapshot.children_guarantee.get((parent, flavor, resource), 0) + moved
-        return sum(quota((root, flavor, resource), edited=edited).guarantee for root in snapshot.roots())
+    def room(parent: int | None, flavor: str, resource: Resource, *, edited: bool) -> tuple[int | None, int | None]:
+        view = views[edited]
+        if parent is None:
+            capacity = reclaimable(snapshot, flavor, resource)
+            given = sum(view.get(root, flavor, resource).guarantee for root in snapshot.roots())
+            return capacity, None if capacity is None else capacity - given
+        of = view.get(parent, flavor, resource).guarantee
+        return of, of - view.children_guarantee(parent, flavor, resource)
 
     rooms = []
     for unit_id, flavor, resource in edits:
         parent = _parent(snapshot, unit_id)
-        if parent is None:
-            capacity = reclaimable(snapshot, flavor, resource)
-            holder, before_of, after_of = "", capacity, capacity
-        else:
-            holder = snapshot.units[parent].path
-            before_of = quota((parent, flavor, resource), edited=False).guarantee
-            after_of = quota((parent, flavor, resource), edited=True).guarantee
-        now = None if before_of is None else before_of - given(parent, flavor, resource, edited=False)
-        after = None if after_of is None else after_of - given(parent, flavor, resource, edited=True)
-        rooms.append(Room(unit_id, flavor, resource, holder, after_of, now, after))
+        _, now = room(parent, flavor, resource, edited=False)
+        of, after = room(parent, flavor, resource, edited=True)
+        holder = "" if parent is None else snapshot.units[parent].path
+        rooms.append(Room(unit_id, flavor, resource, holder, of, now, after))
     return rooms
 
 

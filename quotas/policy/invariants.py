@@ -25,7 +25,7 @@ from .violations import Violation, ViolationCode
 Constraint = tuple[str, object, object, object]
 
 
-class _View:
+class QuotaView:
     """The snapshot's quotas with proposed edits laid over them."""
 
     __slots__ = ("_moved", "edits", "snapshot")
@@ -61,7 +61,7 @@ class _View:
 def validate_tree(snapshot: OrgSnapshot) -> list[Violation]:
     """Check every invariant on the whole snapshot. Returns violations sorted for display."""
     problems = _check_structure(snapshot)
-    problems += _evaluate(_View(snapshot, {}), _failing_constraints(snapshot))
+    problems += _evaluate(QuotaView(snapshot, {}), _failing_constraints(snapshot))
     problems += check_contracts(snapshot)
     problems += check_promises(snapshot)
     return _sorted(problems)
@@ -115,7 +115,7 @@ def check_quota_edits(snapshot: OrgSnapshot, edits: Mapping[QuotaKey, Quota]) ->
             )
             continue
         constraints.update(_touched_by(snapshot, key, as_parent=True))
-    problems += _evaluate(_View(snapshot, edits), constraints)
+    problems += _evaluate(QuotaView(snapshot, edits), constraints)
     return _sorted(problems)
 
 
@@ -152,7 +152,7 @@ def check_move(snapshot: OrgSnapshot, unit_id: int, new_parent_id: int) -> list[
     constraints: set[Constraint] = set()
     for key in moved.quota_keys_by_unit.get(unit_id, ()):
         constraints.update(_touched_by(moved, key, as_parent=False))
-    return _sorted(problems + _evaluate(_View(moved, {}), constraints) + _promises_broken_by(snapshot, moved))
+    return _sorted(problems + _evaluate(QuotaView(moved, {}), constraints) + _promises_broken_by(snapshot, moved))
 
 
 def _promises_broken_by(before: OrgSnapshot, after: OrgSnapshot) -> list[Violation]:
@@ -182,7 +182,7 @@ def _touched_by(snapshot: OrgSnapshot, key: QuotaKey, *, as_parent: bool) -> lis
     return found
 
 
-def _evaluate(view: _View, constraints: Iterable[Constraint]) -> list[Violation]:
+def _evaluate(view: QuotaView, constraints: Iterable[Constraint]) -> list[Violation]:
     problems: list[Violation] = []
     for kind, unit_id, flavor, resource in constraints:
         assert isinstance(flavor, str) and isinstance(resource, Resource)
@@ -206,7 +206,7 @@ def _fmt(resource: Resource, value: int) -> str:
     return format_quantity(resource, value)
 
 
-def _check_own(view: _View, unit_id: int, flavor: str, resource: Resource) -> list[Violation]:
+def _check_own(view: QuotaView, unit_id: int, flavor: str, resource: Resource) -> list[Violation]:
     quota = view.get(unit_id, flavor, resource)
     path = view.snapshot.path(unit_id)
     if flavor not in view.snapshot.flavors:
@@ -257,7 +257,7 @@ def _check_own(view: _View, unit_id: int, flavor: str, resource: Resource) -> li
     return problems
 
 
-def _check_children_sum(view: _View, parent_id: int, flavor: str, resource: Resource) -> list[Violation]:
+def _check_children_sum(view: QuotaView, parent_id: int, flavor: str, resource: Resource) -> list[Violation]:
     total = view.children_guarantee(parent_id, flavor, resource)
     limit = view.get(parent_id, flavor, resource).guarantee
     if total <= limit:
@@ -281,7 +281,7 @@ def _check_children_sum(view: _View, parent_id: int, flavor: str, resource: Reso
     ]
 
 
-def _check_ceiling(view: _View, unit_id: int, flavor: str, resource: Resource) -> list[Violation]:
+def _check_ceiling(view: QuotaView, unit_id: int, flavor: str, resource: Resource) -> list[Violation]:
     parent_id = view.snapshot.units[unit_id].parent_id
     assert parent_id is not None
     ceiling = view.get(unit_id, flavor, resource).ceiling
@@ -305,7 +305,7 @@ def _check_ceiling(view: _View, unit_id: int, flavor: str, resource: Resource) -
     ]
 
 
-def _check_capacity(view: _View, flavor: str, resource: Resource) -> list[Violation]:
+def _check_capacity(view: QuotaView, flavor: str, resource: Resource) -> list[Violation]:
     limit = reclaimable(view.snapshot, flavor, resource)
     if limit is None:
         return []
@@ -405,7 +405,7 @@ def check_placement(path: str, kind: UnitKind, parent_kind: UnitKind | None) -> 
 
 def check_flavor_capacity(snapshot: OrgSnapshot, flavor: str) -> list[Violation]:
     """Σ of the roots' guarantees on ``flavor`` against its reclaimable capacity, per resource."""
-    return _sorted(_evaluate(_View(snapshot, {}), [("cap", None, flavor, r) for r in Resource]))
+    return _sorted(_evaluate(QuotaView(snapshot, {}), [("cap", None, flavor, r) for r in Resource]))
 
 
 def _check_cycles(snapshot: OrgSnapshot) -> list[Violation]:

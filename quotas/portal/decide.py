@@ -54,7 +54,7 @@ def decision_context(request: HttpRequest, change_request: ChangeRequest) -> dic
         )
     return {
         "standing": standing,
-        "preview": quota_change_preview(items),
+        "preview": quota_change_preview(items, snapshot),
         **request_panels(
             request, change_request, [(c.unit_id, c.flavor_id) for c in items if c.resource is Resource.GPU]
         ),
