@@ -6,7 +6,7 @@ class AccountingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Its parts of the portal's pages (accounting/panels.py)."""
-        from accounting.panels import register
+        """Its parts of the portal's pages (accounting/portal/panels.py)."""
+        from accounting.portal.panels import register
 
         register()

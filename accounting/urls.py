@@ -4,11 +4,11 @@ what-if panel, the budget form). Composed with the quota pages in config/urls.py
 
 from django.urls import path
 
-from accounting import budget_views, plan_views, views
+from accounting.portal import budgets, plans, views
 
 urlpatterns = [
-    path("units/<int:unit_id>/budgets/", budget_views.budgets_edit, name="unit-budgets"),
-    path("units/<int:unit_id>/what-if/", plan_views.quota_what_if, name="what-if"),
+    path("units/<int:unit_id>/budgets/", budgets.budgets_edit, name="unit-budgets"),
+    path("units/<int:unit_id>/what-if/", plans.quota_what_if, name="what-if"),
     path("usage/sources/", views.sources, name="usage-sources"),
     path("showback/", views.showback_page, name="showback"),
     path("findings/", views.findings_page, name="findings"),

@@ -70,7 +70,7 @@ def fairshare_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]
 
 
 def budgets_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
-    from accounting.budget_views import budget_panel
+    from accounting.portal.budgets import budget_panel
 
     return {"budgets": budget_panel(unit)}
 

@@ -3,13 +3,13 @@
 from django.urls import path
 from rest_framework.routers import BaseRouter
 
-from accounting.budget_api import budget_delete_view, budgets_view
-from accounting.finding_api import FindingViewSet
-from accounting.plan_api import backtest_view, plan_accept_view, plan_view
-from accounting.pool_api import pools_view
-from accounting.review_api import ReviewViewSet
-from accounting.showback_api import fairness, fairshare, showback
-from accounting.usage_api import SourceRunViewSet, WorkloadRecordViewSet, usage
+from accounting.api.budgets import budget_delete_view, budgets_view
+from accounting.api.findings import FindingViewSet
+from accounting.api.plans import backtest_view, plan_accept_view, plan_view
+from accounting.api.pools import pools_view
+from accounting.api.reviews import ReviewViewSet
+from accounting.api.showback import fairness, fairshare, showback
+from accounting.api.usage import SourceRunViewSet, WorkloadRecordViewSet, usage
 
 
 def register(router: BaseRouter) -> None:
