@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
@@ -205,8 +206,11 @@ def _catalogue(admin: User) -> None:
             name="k8s-west",
             kind=ClusterKind.KUBERNETES,
             display_name="Kubernetes West",
-            connection_ref="kubeconfig:/etc/allot/k8s-west.yaml",
-            description="Kueue v0.14 (kueue.x-k8s.io/v1beta1: Allot writes it as such), GPU training fleet",
+            connection_ref="demo:k8s-west",
+            description=(
+                "GPU training fleet — simulated for the demo (no API server: its Kueue objects are kept in "
+                "ALLOT_VAR_DIR/demo-clusters/); point connection_ref at a kubeconfig for a real one"
+            ),
         ),
         "slurm-lab": services.cluster_set(
             actor=admin,
@@ -290,3 +294,48 @@ def _bindings(admin: User, units: dict[str, OrgUnit]) -> None:
             services.namespace_bind(actor=admin, reason=REASON, unit=unit, cluster=k8s, namespace=unit.slug)
         for username in SLURM_USERS.get(path.removeprefix("acme/"), []):
             services.membership_add(actor=admin, reason=REASON, unit=unit, slurm_username=username)
+
+
+def demo_cluster_history() -> list[str]:
+    """Give the demo's simulated Kubernetes cluster the history a real one has after a week: the first sync
+    (every object created), a person's ``kubectl edit`` of one ClusterQueue's GPU quota, the nightly drift
+    check that finds it and a dry run that shows the sync would be refused for that queue, with the way to
+    correct it. Only where the cluster has no runs yet (a fresh demo); returns what it did, a line each."""
+    from quotas.integrations import demo_cluster
+    from quotas.models import Cluster, SyncMode
+    from quotas.services.sync import cluster_sync
+
+    cluster = Cluster.objects.get(name="k8s-west")
+    if not demo_cluster.is_demo(cluster.connection_ref) or cluster.sync_runs.exists():
+        return []
+    admin, name = demo_user("admin"), cluster.connection_ref.removeprefix(demo_cluster.PREFIX)
+    demo_cluster.reset(name)
+    done = [cluster_sync(actor=admin, reason="demo: the cluster's first sync", cluster=cluster)]
+    queue = next(q for q in demo_cluster.DemoKueueClient(cluster.connection_ref).list_managed("ClusterQueue")
+                 if _gpu_quota(q["spec"]) is not None)  # fmt: skip
+    demo_cluster.person_edit(name, "ClusterQueue", queue["metadata"]["name"], _lower_gpu_quota)
+    done.append(cluster_sync(actor=None, reason="nightly drift check", cluster=cluster, mode=SyncMode.DRIFT_CHECK))
+    done.append(cluster_sync(actor=admin, reason="demo: what would a sync do now?", cluster=cluster,
+                             mode=SyncMode.DRY_RUN))  # fmt: skip
+    return [f"{run.get_mode_display()}: {run.status} — {run.message}" for run in done]
+
+
+def _gpu_quota(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The first GPU resource of a ClusterQueue's spec with a nominal quota above 1."""
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                if resource.get("name") == "nvidia.com/gpu" and int(resource.get("nominalQuota", 0)) > 1:
+                    return dict(resource)
+    return None
+
+
+def _lower_gpu_quota(spec: dict[str, Any]) -> str:
+    """What a person's ``kubectl edit`` does in the demo: one GPU less on the queue's first GPU quota."""
+    for group in spec["resourceGroups"]:
+        for flavor in group["flavors"]:
+            for resource in flavor["resources"]:
+                if resource["name"] == "nvidia.com/gpu" and int(resource.get("nominalQuota", 0)) > 1:
+                    resource["nominalQuota"] = int(resource["nominalQuota"]) - 1
+                    return ".spec.resourceGroups"
+    raise ValueError("no GPU quota above 1 to lower")

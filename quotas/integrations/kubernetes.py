@@ -8,7 +8,8 @@ converts at the edge (quotas.policy.kueue.convert), so callers always see v1beta
 
 * ``kubeconfig:/etc/allot/west.yaml`` (optionally ``#context``), a kubeconfig file;
 * ``in-cluster``, the pod's service account;
-* ``url:http://127.0.0.1:8001``, a plain URL such as ``kubectl proxy`` serves.
+* ``url:http://127.0.0.1:8001``, a plain URL such as ``kubectl proxy`` serves;
+* ``demo:<name>``, the demo's simulated cluster (quotas/integrations/demo_cluster.py): syncs only.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def _api_client_for(connection_ref: str) -> k8s.ApiClient:
         configuration = k8s.Configuration()
         configuration.host = rest
         return k8s.ApiClient(configuration)
+    if kind == "demo":
+        raise ValueError(
+            f"connection_ref {connection_ref!r} is the demo's simulated cluster: it keeps Kueue objects for a sync "
+            "and has no API server to read workloads or namespaces from — use 'kubeconfig:/path[#context]', "
+            "'in-cluster' or 'url:http://host:port' for a real one"
+        )
     raise ValueError(
         f"connection_ref {connection_ref!r}: use 'kubeconfig:/path[#context]', 'in-cluster' or 'url:http://host:port'"
     )

@@ -108,8 +108,12 @@ class Cluster(models.Model):
                 ref == "in-cluster"
                 or (kind == "kubeconfig" and rest.startswith("/"))
                 or (kind == "url" and rest.startswith(("http://", "https://")))
+                or (kind == "demo" and rest.replace("-", "").isalnum() and rest.isascii())
             )
-            forms = "'kubeconfig:/path/to/kubeconfig[#context]', 'in-cluster' or 'url:https://host:port'"
+            forms = (
+                "'kubeconfig:/path/to/kubeconfig[#context]', 'in-cluster' or 'url:https://host:port' "
+                "(or 'demo:<name>', the demo's simulated cluster)"
+            )
         if not ok:
             raise ValidationError({"connection_ref": f"{ref!r} is not a connection Allot can use: give {forms}"})
 

@@ -32,7 +32,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from quotas.errors import InputError
-from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
+from quotas.integrations.demo_cluster import kueue_client_for
+from quotas.integrations.kubernetes import ClusterCallError, KueueClient
 from quotas.models import (
     Cluster,
     DriftPolicy,
@@ -92,7 +93,7 @@ def kueue_sync(
         )
     )
     try:
-        _sync(run, cluster, mode, client or KueueClient(api_client_for(cluster.connection_ref)))
+        _sync(run, cluster, mode, client or kueue_client_for(cluster.connection_ref))
     except ValueError as exc:  # a connection_ref we cannot use
         run.run.status, run.run.message = SyncStatus.FAILED, str(exc)
     except ClusterCallError as exc:
