@@ -77,7 +77,13 @@ def queue_and_priority(r: Review) -> list[Decision]:
         return found
     cls = r.priority_class()
     if cls != tier.priority_class:
-        field_name = "spec.priorityClassRef" if r.is_workload else "label kueue.x-k8s.io/priority-class"
+        field_name = (
+            "spec.priorityClassName"
+            if r.is_v1beta1_workload
+            else "spec.priorityClassRef"
+            if r.is_workload
+            else "label kueue.x-k8s.io/priority-class"
+        )
         found.append(
             r.deny(
                 Reason.WRONG_PRIORITY_CLASS,

@@ -26,6 +26,7 @@ from .review import (
     KUBERNETES_DEFAULT_GRACE_S,
     MAX_WARNING,
     RUNTIME_FIELDS,
+    V1BETA1_WPC_SOURCE,
     WPC_GROUP,
     WPC_KIND,
     Decision,
@@ -271,8 +272,15 @@ def _mutate(r: Review) -> None:
     if tier is None:
         return
     if r.priority_class() is None:
-        if r.is_workload:
+        if r.is_v1beta1_workload:
+            _set_spec(r, "priorityClassName", tier.priority_class)
+            _set_spec(r, "priorityClassSource", V1BETA1_WPC_SOURCE)
+        elif r.is_workload:
             _set_spec(r, "priorityClassRef", {"group": WPC_GROUP, "kind": WPC_KIND, "name": tier.priority_class})
+        if r.is_workload and r.spec.get("priority") is None:
+            # Kueue's CRD (both versions): "priority should not be nil when priorityClassName/Ref is set"; Kueue
+            # copies the class's value there for the Workloads it makes, and so does Allot for one it completes
+            _set_spec(r, "priority", tier.priority)
         else:
             _set_label(r, LABEL_PRIORITY, tier.priority_class)
     if rule.contract and not r.labels.get(LABEL_CONTRACT):

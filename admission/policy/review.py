@@ -14,6 +14,8 @@ from .model import ANNOTATION_CHECKPOINT, LABEL_MAX_EXEC, AdmissionPolicy, Names
 from .workload import PodSet
 
 WPC_GROUP, WPC_KIND = "kueue.x-k8s.io", "WorkloadPriorityClass"
+V1BETA1_WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
+"""v1beta1's ``spec.priorityClassSource`` for a WorkloadPriorityClass (Kueue ≤ v0.14)."""
 
 
 MAX_WARNING = 120
@@ -113,7 +115,21 @@ class Review:
             return text_of(self.spec.get("queueName"))
         return self.labels.get("kueue.x-k8s.io/queue-name")
 
+    @property
+    def is_v1beta1_workload(self) -> bool:
+        """A Workload of an older Kueue (≤ v0.14, ``kueue.x-k8s.io/v1beta1``): its priority class is
+        ``spec.priorityClassName`` with ``spec.priorityClassSource`` where v1beta2 has ``priorityClassRef``."""
+        return self.is_workload and self.obj.get("apiVersion") == f"{WPC_GROUP}/v1beta1"
+
     def priority_class(self) -> str | None:
+        if self.is_v1beta1_workload:
+            name = text_of(self.spec.get("priorityClassName"))
+            if name is None:
+                return None
+            # Kueue v1beta1: the source is this for a WorkloadPriorityClass; "scheduling.k8s.io/priorityclass"
+            # (or, as Kueue's defaulting leaves it, "") for a pod PriorityClass
+            source = self.spec.get("priorityClassSource")
+            return name if source == V1BETA1_WPC_SOURCE else f"PriorityClass/{name}"
         if self.is_workload:
             ref = self.spec.get("priorityClassRef")
             if not isinstance(ref, Mapping):

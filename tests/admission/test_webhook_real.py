@@ -126,3 +126,45 @@ def test_with_every_namespace_sent_only_gpu_requests_in_ungoverned_namespaces_ar
     assert create(kube_plane, pod("dcgm-exporter-x1", "gpu-operator", owner="DaemonSet/dcgm-exporter")) == (201, "")
     status, message = create(kube_plane, pod("gpu", "scratch", gpus=1))
     assert status in (400, 403) and "[namespace_unbound]" in message and "bind the namespace" in message
+
+
+def test_a_workload_written_by_hand_on_a_v1beta1_kueue_is_sent_mutated_in_its_own_spelling_and_judged(
+    kube_plane, webhooks
+):
+    """The plane's Kueue (v0.13) serves Workloads in kueue.x-k8s.io/v1beta1 only: with the shipped rule naming
+    v1beta2 alone, a Workload a person creates there was never sent (issue #40). Now it is: the mutating
+    webhook fills in the queue and the tier's priority class in v1beta1's fields (v1beta2's priorityClassRef
+    would be pruned), and one larger than the team may ever hold is refused."""
+    webhooks()
+    base = "/apis/kueue.x-k8s.io/v1beta1/namespaces/nlp/workloads"
+
+    def workload(name: str, count: int) -> dict:
+        container = {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": name,
+                "labels": {"allot.dev/owner": "alice", "allot.dev/project": "nlp"},
+                "annotations": {"allot.dev/checkpoint-every": "15m"},  # nlp's default tier is opportunistic
+            },
+            "spec": {"podSets": [{"name": "main", "count": count, "template": {"spec": {"containers": [container],
+                                                                                          "restartPolicy": "Never"}}}]},
+        }  # fmt: skip
+
+    try:
+        try:
+            created = kube_plane.request("POST", base, workload("by-hand", 1))
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(exc.read().decode()) from exc
+        spec, labels = created["spec"], created["metadata"]["labels"]
+        assert spec["queueName"] and spec["priorityClassName"].startswith("allot-"), spec
+        assert spec["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
+        assert isinstance(spec["priority"], int)  # the CRD refuses a class without it
+        assert labels["allot.dev/tier"] and labels["allot.dev/contract"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            kube_plane.request("POST", base, workload("too-large", 10_000))
+        message = json.loads(refused.value.read() or b"{}").get("message", "")
+        assert refused.value.code == 403 and "[exceeds_ceiling]" in message, message
+    finally:
+        kube_plane.delete(f"{base}/by-hand")
