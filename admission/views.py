@@ -162,9 +162,28 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
 
 
 def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: float) -> None:
-    """What a decision leaves behind: its metrics, one JSON log line and (unless a dry run) a decision-log row."""
+    """What a decision leaves behind: its metrics, a JSON log line (for a refusal, or as ALLOT_ADMISSION_LOG_LINES
+    says) and (unless a dry run) a decision-log row."""
     DECISIONS.labels(webhook, decision.kind or "?", decision.reason.value, str(decision.allowed).lower()).inc()
     LATENCY.labels(webhook).observe(latency)
+    lines = settings.ALLOT_ADMISSION_LOG_LINES
+    if lines == "all" or (lines == "denied" and not decision.allowed):
+        _log_line(webhook, inner, decision, latency)
+    if not inner.get("dryRun"):
+        STATE.record(
+            decision_row(
+                webhook=webhook,
+                request=inner,
+                allowed=decision.allowed,
+                reason=decision.reason.value,
+                message=decision.message,
+                unit=decision.unit,
+                latency_ms=latency * 1000,
+            )
+        )
+
+
+def _log_line(webhook: str, inner: dict[str, Any], decision: Decision, latency: float) -> None:
     log.info(
         json.dumps(
             {
@@ -180,18 +199,6 @@ def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: fl
             }
         )
     )
-    if not inner.get("dryRun"):
-        STATE.record(
-            decision_row(
-                webhook=webhook,
-                request=inner,
-                allowed=decision.allowed,
-                reason=decision.reason.value,
-                message=decision.message,
-                unit=decision.unit,
-                latency_ms=latency * 1000,
-            )
-        )
 
 
 def _decide(inner: dict[str, Any], webhook: str) -> Decision:

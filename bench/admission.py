@@ -16,6 +16,8 @@ beside the same creates against the no-op endpoint of the same stack (its floor)
 on a bad link must not delay everybody else). Prints the figures and the machine's load average; the
 LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N, create_added_ms_p50_N,
 create_added_ms_p99_N, noop_create_ms_p50_N, create_ratio_p50_N, slow_rps_16, slow_p99_ms_16, load_1m).
+For quick side-by-side runs: BENCH_CONNECTIONS=16 (which wrk phases) and BENCH_ONLY_WRK=1 (no creates, no
+slow clients).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ SAMPLES = ROOT / "tests" / "fixtures" / "admission-samples"
 TOKEN = "bench-token"
 DURATION = int(os.environ.get("BENCH_SECONDS", "10"))
 SLOW_CLIENTS = int(os.environ.get("BENCH_SLOW_CLIENTS", "4"))
+CONNECTIONS = tuple(int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,16,64").split(","))
+ONLY_WRK = os.environ.get("BENCH_ONLY_WRK") == "1"  # the wrk phases alone: for quick side-by-side runs
 DISTINCT = 20  # the captured reviews plus 18 synthetic ones, as documented
 LUA = """
 local bodies = {}
@@ -352,7 +356,7 @@ def main() -> None:
             f"request mix: {distinct} distinct reviews, {mix['allowed'] // 4} allowed and {mix['denied'] // 4} denied",
             flush=True,
         )
-        for connections in (1, 16, 64):
+        for connections in CONNECTIONS:
             rps, p50, p99 = run_wrk(wrk, f"{base}/k8s/validate", work / "post.lua", work / "bodies.txt", connections)
             noop_rps, _, noop_p99 = run_wrk(
                 wrk, f"{base}/k8s/noop", work / "post.lua", work / "bodies.txt", connections
@@ -373,7 +377,7 @@ def main() -> None:
                 }
             )
         encoded = [b.encode() for b in bodies()]
-        for creators in (1, 16):
+        for creators in () if ONLY_WRK else (1, 16):
             allot = creates(tls_port, work / "tls.crt", ("/admission/k8s/mutate", "/admission/k8s/validate"), encoded,
                             creators)  # fmt: skip
             floor = creates(
@@ -395,6 +399,9 @@ def main() -> None:
                     f"create_ratio_p50_{creators}": p50 / n50,
                 }
             )
+        if ONLY_WRK:
+            print(" ".join(f"{k}={v:.2f}" for k, v in figures.items()), flush=True)
+            return
         stop = threading.Event()
         dribblers = slow_clients(port, bodies()[-1].encode(), stop)
         time.sleep(1.0)  # they hold their connections before the load starts

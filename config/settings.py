@@ -655,6 +655,16 @@ ALLOT_ADMISSION_UNGOVERNED_GPU = env_str(
 if ALLOT_ADMISSION_UNGOVERNED_GPU not in ("deny", "allow"):
     raise ImproperlyConfigured(f"ALLOT_ADMISSION_UNGOVERNED_GPU={ALLOT_ADMISSION_UNGOVERNED_GPU!r}: use deny or allow")
 ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000, help="Decision-log rows kept.")
+ALLOT_ADMISSION_LOG_LINES = env_str(
+    "ALLOT_ADMISSION_LOG_LINES",
+    "denied",
+    help=(
+        "Which admission decisions also write a JSON line to the webhook's log: denied (refusals only, as "
+        "Gatekeeper logs denies), all, or none. The decision log and the metrics keep every decision either way."
+    ),
+)
+if ALLOT_ADMISSION_LOG_LINES not in ("denied", "all", "none"):
+    raise ImproperlyConfigured(f"ALLOT_ADMISSION_LOG_LINES={ALLOT_ADMISSION_LOG_LINES!r}: use denied, all or none")
 ALLOT_ADMISSION_BACKGROUND = env_bool(
     "ALLOT_ADMISSION_BACKGROUND",
     True,

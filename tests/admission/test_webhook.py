@@ -280,6 +280,26 @@ def test_the_log_is_bounded(settings):
     assert list(AdmissionDecision.objects.values_list("uid", flat=True)) == [f"u{i}" for i in range(11, 6, -1)]
 
 
+@pytest.mark.parametrize(
+    ("lines", "logged"), [("denied", ["u-denied"]), ("all", ["u-allowed", "u-denied"]), ("none", [])]
+)
+def test_log_lines_are_written_for_the_decisions_the_setting_names_and_every_decision_is_kept(
+    settings, caplog, lines, logged
+):
+    """Issue #40.6: a JSON line per decision cost a fifth of the webhook's throughput under load (the handler's
+    lock, formatting and a write per answer); by default only refusals are logged, as Gatekeeper logs denies."""
+    settings.ALLOT_ADMISSION_LOG_LINES = lines
+    bad = workload("Pod", labels={**LABELS, "allot.dev/tier": "P9"})
+    with caplog.at_level("INFO", logger="allot.admission"):
+        assert answer(post("validate", review(workload("Pod"), "", "Pod", uid="u-allowed")))["allowed"] is True
+        assert answer(post("validate", review(bad, "", "Pod", uid="u-denied")))["allowed"] is False
+    events = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"event": "admission"')]
+    assert [e["uid"] for e in events] == logged
+    assert all(e["allowed"] is (e["uid"] == "u-allowed") for e in events)
+    STATE.flush()
+    assert sorted(AdmissionDecision.objects.values_list("uid", flat=True)) == ["u-allowed", "u-denied"]
+
+
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 401)])
 def test_unauthenticated_calls_are_refused(token, status):
     response = post("validate", review(workload("Pod"), "", "Pod"), token=token)
