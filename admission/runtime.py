@@ -3,8 +3,8 @@
 The hot path only reads ``STATE.policy`` (a reference swap makes refreshes atomic) and appends to a
 bounded deque. A background thread checks the policy revision every ALLOT_ADMISSION_REFRESH_SECONDS
 (one cheap query), recompiles when it changed, and writes buffered decisions every FLUSH_SECONDS in one
-batch (a COPY on PostgreSQL), trimming the log to ALLOT_ADMISSION_LOG_KEEP rows every TRIM_SECONDS. Nothing here is needed to scale out: every replica rebuilds
-its own cache from the database.
+batch (a COPY on PostgreSQL), trimming the log to ALLOT_ADMISSION_LOG_KEEP rows every TRIM_SECONDS.
+Nothing here is needed to scale out: every replica rebuilds its own cache from the database.
 """
 
 from __future__ import annotations
