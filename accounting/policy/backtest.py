@@ -22,7 +22,8 @@ Slurm's common core, guarantee first:
    quota-bound queue) up to its burst, from the flavor's pool — capacity no unit guarantees plus each
    other unit's idle lendable guarantee min(G − within, L), or all of it where the flavor lends idle
    guarantees (Slurm) — shared in proportion to the asks when the
-   pool is short (every unit of a flavor is one cohort, as in ``attribution.py``);
+   pool is short (every unit of a flavor is one cohort, as in ``attribution.py``); fluid by default, or
+   in **whole jobs** (``job_size``): a unit's share rounded down to a multiple of its job size;
 3. **reclaim**: a lender whose within-guarantee demand rises while its devices are lent gets them back
    after the contract's grace + checkpoint/exit + one scheduling pass; the minutes beyond the
    contract's ``reclaim_within`` are **guarantee shortfall** (zero for feasible contracts).
@@ -87,6 +88,9 @@ class FlavorDemand:
     lends_idle: bool = False
     """Any idle guaranteed device may be borrowed (a Slurm burst QOS runs on any idle GPU), not only
     the declared lendable part (Kueue's lendingLimit)."""
+    job_size: Mapping[int, int] = field(default_factory=dict)
+    """Whole jobs: a unit borrows only in multiples of its job size (:func:`job_sizes`); empty, borrowing
+    is fluid (any fraction of the pool's share)."""
 
     @property
     def steps(self) -> int:
@@ -172,6 +176,9 @@ def simulate(d: FlavorDemand, terms: Mapping[int, Terms]) -> dict[int, UnitOutco
     asked = ask.sum(axis=0)
     ratio = np.where(asked > pool, np.divide(pool, asked, out=np.zeros_like(pool), where=asked > 0), 1.0)
     borrowed = ask * ratio
+    if d.job_size:  # whole jobs: what does not make a whole job of the unit's size is not borrowed
+        size = _column([max(1, d.job_size.get(u, 1)) for u in d.units], n)
+        borrowed = np.floor(borrowed / size + 1e-9) * size
     from_lenders = np.maximum(0.0, borrowed.sum(axis=0) - unguaranteed)
     offered = offer.sum(axis=0)
     lent = offer * np.divide(from_lenders, offered, out=np.zeros_like(offered), where=offered > 0)
@@ -199,6 +206,20 @@ def simulate(d: FlavorDemand, terms: Mapping[int, Terms]) -> dict[int, UnitOutco
             did_not_fit_minutes=float((did_not_fit[i] & (within[i] < g[i]) & ~lent_any[i]).sum() * d.step_minutes),
             reclaimed=float(reclaimed[i]),
         )
+    return out
+
+
+def job_sizes(d: FlavorDemand) -> dict[int, int]:
+    """Each unit's job size on the flavor, estimated from its series where no job record says: a job that
+    starts raises the devices held by its size, so the median rise between consecutive steps with telemetry
+    (at least 1). Jobs starting in the same step rise together, so the estimate errs toward larger jobs —
+    toward less borrowing, the conservative side."""
+    out = {}
+    for i, unit in enumerate(d.units):
+        both = d.present[i, 1:] & d.present[i, :-1]
+        rises = np.diff(d.held[i])[both]
+        rises = rises[rises > 0]
+        out[unit] = max(1, round(float(np.median(rises)))) if rises.size else 1
     return out
 
 

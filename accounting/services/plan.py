@@ -32,6 +32,7 @@ from accounting.policy.backtest import (
     Reclaim,
     Terms,
     UnitOutcome,
+    job_sizes,
     observed_allocated_h,
     simulate,
     totals,
@@ -42,7 +43,7 @@ from accounting.policy.planner import make_plan
 from accounting.selectors.demand_series import demand_rows
 from accounting.selectors.showback import showback_period
 from accounting.services.plan_records import in_force
-from accounting.services.plan_report import PlanReport
+from accounting.services.plan_report import SCENARIOS, PlanReport
 from accounting.services.usage_version import usage_version
 from quotas.history import org_snapshot_as_of
 from quotas.models import OrgUnit
@@ -54,7 +55,7 @@ from quotas.selectors import flavor_keys, org_snapshot, subtree
 
 GPU = Resource.GPU
 CACHE_SECONDS = 3600
-MODEL = "plan-6"
+MODEL = "plan-7"
 """Part of the cache key: change it when the planner or the backtest model changes what they compute."""
 
 
@@ -207,11 +208,15 @@ def _report(
             observed[(u, d.flavor)] = real[u]
     paths = {uid: snapshot.path(uid) for uid, _ in today}
     scenarios = {}
-    for name, lends in (("declared_lendable", False), ("every_idle_guarantee", True)):
+    for name in SCENARIOS:
         before_s: dict[tuple[int, str], UnitOutcome] = {}
         after_s: dict[tuple[int, str], UnitOutcome] = {}
         for d in demands:
-            as_if = replace(d, lends_idle=lends)
+            as_if = (
+                replace(d, job_size=job_sizes(d))
+                if name == "whole_jobs"
+                else replace(d, lends_idle=name == "every_idle_guarantee")
+            )
             base = simulate(as_if, {})
             after = simulate(as_if, {u: t for (u, f), t in terms.items() if f == d.flavor})
             for u in d.units:

@@ -16,6 +16,9 @@ SCENARIOS = {
     "a guarantee above it stays idle when its unit does not use it",
     "every_idle_guarantee": "borrowers get every idle guaranteed device (a Slurm cluster where a guarantee is a "
     "share, Kueue without lendingLimit), and lenders take them back by preemption within their contract",
+    "whole_jobs": "borrowing is as the cluster lends, but in whole jobs: a unit borrows only multiples of its "
+    "job size (the median rise of its held devices over the month) where the other figures share the pool in "
+    "fractions of a device",
 }
 """The borrowing semantics the plan's gain is stated under: it rests on the scheduler lending what is idle."""
 

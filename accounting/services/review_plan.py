@@ -71,11 +71,13 @@ def plan_summary(report: PlanReport) -> dict[str, Any]:
     scenarios = found["scenarios"]
     low = scenarios.get(found["conservative"]) if found["conservative"] else None
     high = max(scenarios.values(), key=lambda s: s["gain_h"]) if scenarios else None
+    whole = scenarios.get("whole_jobs")
     return {
         "plan": {
             "items": len(report.items()),
             "headline": low,
             "upper": high if high is not low else None,
+            "whole_jobs": whole if whole is not low and whole is not high else None,
             "range": found,
             "today": totals["today"],
             "with_plan": totals["plan"],

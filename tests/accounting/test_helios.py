@@ -3,7 +3,7 @@ figures its own notes and the SC '21 paper report come out of Allot's numbers.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -183,6 +183,14 @@ def the_plan_is_feasible_reproduces_the_month_and_shortens_the_queue(admin_clien
     assert (
         low["today_queued_h"] == high["today_queued_h"] == pytest.approx(QUEUED_TODAY_H, abs=1)
     )  # nothing lent in May
+    # (c) whole jobs (each team borrows only multiples of its job size, the median rise of what it held): the
+    # same month recomputed from the trace file by the loop below, written from the model's docstring
+    whole = found["scenarios"]["whole_jobs"]
+    queued_h, reclaimed = whole_jobs_replay({t: (g, b) for t, (_, g, b) in PLAN.items()})
+    assert whole["plan_queued_h"] == pytest.approx(queued_h, rel=0.01)
+    assert whole["reclaimed_devices"] == pytest.approx(reclaimed, rel=0.01)
+    assert high["plan_queued_h"] < whole["plan_queued_h"] < low["plan_queued_h"]  # between fluid and no lending
+    assert whole["today_queued_h"] == pytest.approx(QUEUED_TODAY_H, abs=1)
     assert all(u["plan"]["shortfall_minutes"] == 0 for u in backtest["units"])
     full = {u["unit_path"].rsplit("/", 1)[-1]: u["today"]["full_share"] for u in backtest["units"]}
     assert round(100 * full["vc6ye"], 1) == 79.9 and round(100 * full["vcljz"], 1) == 76.8  # the paper's measure
@@ -298,3 +306,71 @@ def budgets_at_80_percent_of_the_guarantee_hours_run_out_on_the_28th():
         assert row["spent_h"] == pytest.approx(spent[team], abs=0.1)
         assert row["spent_h"] == pytest.approx(PUBLISHED[next(t for t in PUBLISHED if t.lower() == team)][1], abs=1)
         assert row["held_days"] == (3 if team in RAN_OUT else 0)  # 29, 30 and 31 May
+
+
+def whole_jobs_replay(plan: dict[str, tuple[int, int]]) -> tuple[float, float]:
+    """Issue #43.2(c), recomputed from accounting/demo_data's trace file alone (not through Allot's ingest or
+    replay), minute by minute, as accounting/policy/backtest.py's docstring states the model: teams keep May's
+    guarantee unless ``plan`` gives (guarantee, burst); every idle guaranteed GPU may be lent (Helios is typed
+    Slurm); a team borrows only whole jobs of its size (the median rise of its held GPUs between consecutive
+    minutes). Returns (GPU-hours queued with the plan, GPUs taken back from borrowers)."""
+    import csv
+    import gzip
+    import statistics
+    from collections import defaultdict
+    from itertools import pairwise
+
+    from accounting.demo import DATA
+
+    series: dict[str, dict[str, tuple[int, int, int]]] = defaultdict(dict)
+    with gzip.open(DATA, "rt") as text:
+        for row in csv.DictReader(text):
+            series[row["unit"]][row["minute"]] = (int(row["quota"]), int(row["held"]), int(row["queued"]))
+    minutes = sorted({m for s in series.values() for m in s})
+    teams = sorted(series)
+    after = {  # consecutive minutes of the trace (the day without telemetry is not one step)
+        a: b
+        for a, b in pairwise(minutes)
+        if datetime.fromisoformat(b) - datetime.fromisoformat(a) == timedelta(minutes=1)
+    }
+    size = {}
+    for team in teams:
+        held_at = {m: v[1] for m, v in series[team].items()}
+        rises = [
+            held_at[b] - held_at[a]
+            for a, b in after.items()
+            if a in held_at and b in held_at and held_at[b] > held_at[a]
+        ]
+        size[team] = max(1, round(statistics.median(rises))) if rises else 1
+    terms = {t: plan.get(t.lower(), (series[t][minutes[0]][0], 0)) for t in teams}
+    queued_total = taken_back = 0.0
+    lent_before = dict.fromkeys(teams, 0.0)
+    previous = None
+    for minute in minutes:
+        if previous is None or after.get(previous) != minute:
+            lent_before = dict.fromkeys(teams, 0.0)  # nothing was lent in the minutes without telemetry
+        previous = minute
+        within, ask, queue = {}, {}, {}
+        for team in teams:
+            g0, held, queued = series[team][minute]
+            g, burst = terms[team]
+            bound = queued > 0 and held + queued > g0
+            bound_queue, fragment = (queued, max(0, g0 - held)) if bound else (0, 0)
+            base = min(held, g)
+            from_queue = min(bound_queue, max(0, g - held - fragment))
+            within[team] = base + from_queue
+            ask[team] = min(held - base + bound_queue - from_queue, burst)
+            queue[team] = held + queued
+        offer = {t: terms[t][0] - within[t] for t in teams}
+        pool, asked = sum(offer.values()), sum(ask.values())
+        share = pool / asked if asked > pool else 1.0
+        borrowed = {t: (ask[t] * share + 1e-9) // size[t] * size[t] for t in teams}
+        from_lenders = sum(borrowed.values())
+        offered = sum(offer.values())
+        lent = {t: offer[t] * from_lenders / offered if offered else 0.0 for t in teams}
+        for team in teams:
+            queued_total += (queue[team] - within[team] - borrowed[team]) / 60
+            needed = within[team] - (terms[team][0] - lent_before[team])
+            taken_back += min(max(needed, 0.0), lent_before[team])
+        lent_before = lent
+    return queued_total, taken_back

@@ -12,7 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accounting.policy.backtest import FlavorDemand, Reclaim, Terms, reproduction_error, simulate, totals
+from accounting.policy.backtest import (
+    FlavorDemand,
+    Reclaim,
+    Terms,
+    job_sizes,
+    reproduction_error,
+    simulate,
+    totals,
+)
 from accounting.policy.plan_check import check_plan
 from accounting.policy.plan_model import Settings, Verdict, evidence, need_curve
 from accounting.policy.planner import make_plan
@@ -80,6 +88,36 @@ def test_the_gain_depends_on_what_the_scheduler_lends_and_lending_idle_guarantee
     assert (declared[borrower].queued_h, declared[borrower].borrowed_h, declared[lender].reclaimed) == (32, 0, 0)
     assert (every[borrower].queued_h, every[borrower].borrowed_h, every[lender].lent_h) == (16, 16, 16)
     assert every[lender].reclaimed == 8 and every[borrower].reclaimed == 0
+
+
+def test_whole_jobs_borrow_only_what_makes_a_whole_job_and_take_back_only_what_was_lent():
+    """Issue #43.2(c): the lender (guarantee 8, every idle guarantee lendable) holds 2 then 5 then 0; the borrower
+    (no guarantee, burst 8) queues 8 every hour in jobs of 4. Fluid, it borrows whatever is idle: 6, 3, 8.
+    In whole jobs of 4: 4, 0, 8 — one job, none (3 idle devices make no job), two jobs — and the lender takes
+    back only what was lent to whole jobs."""
+    lender, borrower = 1, 2
+    d = demand(
+        [lender, borrower], [[2, 5, 0], [0, 0, 0]], [[0, 0, 0], [8, 8, 8]],
+        {lender: Terms(8, 0, 0), borrower: Terms(0, 8, 0)},
+    )  # fmt: skip
+    fluid = simulate(replace(d, lends_idle=True), {})
+    whole = simulate(replace(d, lends_idle=True, job_size={borrower: 4}), {})
+    assert (fluid[borrower].borrowed_h, fluid[borrower].queued_h) == (17, 7)
+    assert (whole[borrower].borrowed_h, whole[borrower].queued_h) == (12, 12)
+    assert whole[lender].lent_h == 12 and whole[lender].idle_guarantee_h == 24 - 7 - 12
+    # the lender's 5 in hour 2 came from its own idle 6 in hour 1 minus the 4 lent: 1 taken back; fluid, all 6
+    # were lent and 3 come back
+    assert (whole[lender].reclaimed, fluid[lender].reclaimed) == (1, 3)
+    assert simulate(replace(d, lends_idle=True, job_size={borrower: 1}), {})[borrower].borrowed_h == 17  # size 1: fluid
+
+
+def test_job_sizes_are_the_median_rise_of_what_a_unit_holds():
+    # unit 1 starts jobs of 8 (twice at once: 16 — the median keeps 8); unit 2 of 1; unit 3 never starts one
+    d = demand([1, 2, 3], [[0, 8, 8, 16, 32, 24, 32], [0, 1, 2, 3, 2, 3, 4], [4] * 7], [[0] * 7] * 3,
+               {1: Terms(32), 2: Terms(4), 3: Terms(4)})  # fmt: skip
+    assert job_sizes(d) == {1: 8, 2: 1, 3: 1}
+    gap = replace(d, present=np.array([[True, True, False, True, True, True, True]] + [[True] * 7] * 2))
+    assert job_sizes(gap)[1] == 8  # a rise across a gap in telemetry is not a job start
 
 
 def test_shortfall_counts_reclaims_slower_than_the_contract_promises():
