@@ -94,7 +94,7 @@ def request_usage(request: HttpRequest, change_request: ChangeRequest, items: li
     guarantee and the device-hours it queued — for the units whose usage the reader may see
     (ALLOT_SHOWBACK_VISIBILITY); the others are named as hidden."""
     from accounting.policy.findings import percentile
-    from accounting.selectors.usage import held_by_hour
+    from accounting.selectors.usage import held_by_hour_many
 
     if not items:
         return {}
@@ -106,12 +106,15 @@ def request_usage(request: HttpRequest, change_request: ChangeRequest, items: li
     }
     led = led_paths(request.user)
     rows, hidden = [], []
-    for unit_id, flavor_id in sorted(set(items), key=lambda k: (units[k[0]].path, flavors.get(k[1], ""))):
+    ordered = sorted(set(items), key=lambda k: (units[k[0]].path, flavors.get(k[1], "")))
+    readable = [(u, f) for u, f in ordered if may_read_costs(request.user, units[u].path, led)]
+    found = held_by_hour_many([(units[u].path, f) for u, f in readable])  # two queries, however many items
+    for unit_id, flavor_id in ordered:
         unit = units[unit_id]
-        if not may_read_costs(request.user, unit.path, led):
+        if (unit_id, flavor_id) not in readable:
             hidden.append(unit.path)
             continue
-        start, end, hours = held_by_hour(unit.path, flavor_id)
+        start, end, hours = found[(unit.path, flavor_id)]
         held = [h for h, _ in hours]
         guarantee = current.get((unit_id, flavor_id), 0)
         full = sum(1 for h in held if guarantee and h >= guarantee - 0.5)

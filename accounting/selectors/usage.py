@@ -3,9 +3,11 @@ their coverage; the months and hours that have telemetry."""
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Any
 
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
@@ -260,16 +262,47 @@ def held_by_hour(path: str, flavor_id: int, *, days: int = 30) -> tuple[datetime
     """Over the ``days`` up to the latest hour with usage of ``path`` (and below) on one flavor: per
     hour with telemetry, (devices held, devices queued) — device-hours in the hour, the subtree summed
     in SQL (each unit's rows count only its own workloads). ``(end, end, [])`` when it has none."""
-    rows = usage_hours(within=path).filter(flavor_id=flavor_id, minutes__gt=0)
-    last = rows.aggregate(last=Max("hour"))["last"]
-    if last is None:
-        now = datetime.now().astimezone()
-        return now, now, []
-    start = last - timedelta(days=days) + timedelta(hours=1)
-    hours = (
-        rows.filter(hour__gte=start, hour__lte=last)
-        .values("hour")
-        .annotate(held=Sum("allocated"), queued=Sum("pending"))
-        .values_list("held", "queued")
-    )
-    return start, last + timedelta(hours=1), [(float(h or 0), float(q or 0)) for h, q in hours]
+    return held_by_hour_many([(path, flavor_id)], days=days)[(path, flavor_id)]
+
+
+def held_by_hour_many(
+    items: Iterable[tuple[str, int]], *, days: int = 30
+) -> dict[tuple[str, int], tuple[datetime, datetime, list[tuple[float, float]]]]:
+    """:func:`held_by_hour` of several (path, flavor) at once, in two queries whatever their number: the
+    latest hour of each (one conditional MAX apiece), then its hours (one conditional SUM apiece, by hour)."""
+    wanted = sorted(set(items))
+    where = [Q(flavor_id=flavor_id) & subtree("unit__path", path) for path, flavor_id in wanted]
+    rows = UsageHour.objects.filter(minutes__gt=0)
+    lasts = rows.aggregate(**{f"l{i}": Max("hour", filter=w) for i, w in enumerate(where)}) if where else {}
+    now = datetime.now().astimezone()
+    out: dict[tuple[str, int], tuple[datetime, datetime, list[tuple[float, float]]]] = {}
+    window: dict[int, tuple[datetime, datetime]] = {}
+    for i, key in enumerate(wanted):
+        last = lasts.get(f"l{i}")
+        if last is None:
+            out[key] = (now, now, [])
+        else:
+            window[i] = (last - timedelta(days=days) + timedelta(hours=1), last)
+    if window:
+        inside = {i: where[i] & Q(hour__gte=start, hour__lte=last) for i, (start, last) in window.items()}
+        sums = {
+            **{f"h{i}": Sum("allocated", filter=q) for i, q in inside.items()},
+            **{f"q{i}": Sum("pending", filter=q) for i, q in inside.items()},
+        }
+        earliest, latest = min(w[0] for w in window.values()), max(w[1] for w in window.values())
+        by_hour = (
+            rows.filter(hour__gte=earliest, hour__lte=latest)
+            .filter(reduce(operator.or_, inside.values()))
+            .values("hour")
+            .annotate(**sums)
+            .order_by("hour")
+        )
+        hours: dict[int, list[tuple[float, float]]] = {i: [] for i in window}
+        for row in by_hour:
+            values: dict[str, Any] = dict(row)
+            for i in window:
+                if values[f"h{i}"] is not None:  # the item had rows in this hour: an hour with telemetry
+                    hours[i].append((float(values[f"h{i}"]), float(values[f"q{i}"] or 0)))
+        for i, (start, last) in window.items():
+            out[wanted[i]] = (start, last + timedelta(hours=1), hours[i])
+    return out

@@ -141,3 +141,40 @@ def test_a_decided_request_and_a_budget_request_show_no_decision_panel(demo):
     )
     page = signed_in("head-research").get(f"/requests/{only_budget.pk}/")
     assert page.status_code == 200 and "Before you decide" not in page.content.decode()
+
+
+def test_a_request_of_many_items_reads_their_usage_in_two_queries_with_each_items_own_figures(
+    demo, django_assert_max_num_queries
+):
+    """A whole-plan request changes many units: their usage is read in two queries, not two per item, and
+    each item keeps the figures of its own subtree, flavor and 30 days."""
+    from accounting.portal.panels import request_usage
+    from accounting.selectors.usage import held_by_hour_many
+
+    vision, speech = gpu("acme/research/vision"), gpu("acme/research/speech")
+    for q in (vision, speech):
+        below = list(q.unit.children.values_list("pk", flat=True))
+        UsageHour.objects.filter(unit_id__in=below, flavor_id=q.flavor_id).delete()
+    used(vision, [6.0, 4.0, 2.0], queued=1.0)
+    used(speech, [1.0, 1.0])
+    keys = [("acme/research/vision", vision.flavor_id), ("acme/research/speech", speech.flavor_id), ("acme/x", 0)]
+    with django_assert_max_num_queries(2):
+        found = held_by_hour_many(keys)
+    assert sorted(found[keys[0]][2]) == [(2.0, 1.0), (4.0, 1.0), (6.0, 1.0)]
+    assert found[keys[1]][2] == [(1.0, 0.0), (1.0, 0.0)]
+    assert found[keys[2]][2] == []  # no usage: an empty window, as for one item
+    start, end, _ = found[keys[0]]
+    assert end - start == timedelta(days=30)
+
+    class Reader:
+        user = User.objects.get(username="head-research")
+
+    asked = services.change_request_submit(
+        actor=User.objects.get(username="lead-vision"), reason="t", changes=[change(vision, 1)]
+    )
+    items = [(vision.unit_id, vision.flavor_id), (speech.unit_id, speech.flavor_id)] * 3
+    with django_assert_max_num_queries(8):  # units, flavors, quotas, the reader's units, then the two above
+        panel = request_usage(Reader(), asked, items)  # type: ignore[arg-type]
+    rows = {r["unit"]: r for r in panel["request_usage"]}
+    assert (rows["acme/research/vision"]["peak"], rows["acme/research/vision"]["queued_h"]) == (6.0, 3.0)
+    assert (rows["acme/research/speech"]["hours"], rows["acme/research/speech"]["median"]) == (2, 1.0)
