@@ -8,6 +8,7 @@ cluster with H100s. Guarantees are fractions of reclaimable capacity, so every i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -312,7 +313,7 @@ def demo_cluster_history() -> list[str]:
     demo_cluster.reset(name)
     done = [cluster_sync(actor=admin, reason="demo: the cluster's first sync", cluster=cluster)]
     queue = next(q for q in demo_cluster.DemoKueueClient(cluster.connection_ref).list_managed("ClusterQueue")
-                 if _gpu_quota(q["spec"]) is not None)  # fmt: skip
+                 if next(_gpu_quotas(q["spec"]), None) is not None)  # fmt: skip
     demo_cluster.person_edit(name, "ClusterQueue", queue["metadata"]["name"], _lower_gpu_quota)
     done.append(cluster_sync(actor=None, reason="nightly drift check", cluster=cluster, mode=SyncMode.DRIFT_CHECK))
     done.append(cluster_sync(actor=admin, reason="demo: what would a sync do now?", cluster=cluster,
@@ -320,22 +321,17 @@ def demo_cluster_history() -> list[str]:
     return [f"{run.get_mode_display()}: {run.status} — {run.message}" for run in done]
 
 
-def _gpu_quota(spec: dict[str, Any]) -> dict[str, Any] | None:
-    """The first GPU resource of a ClusterQueue's spec with a nominal quota above 1."""
+def _gpu_quotas(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A ClusterQueue spec's GPU resources with a nominal quota above 1 (one can lose a GPU), in order."""
     for group in spec.get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             for resource in flavor.get("resources") or []:
                 if resource.get("name") == "nvidia.com/gpu" and int(resource.get("nominalQuota", 0)) > 1:
-                    return dict(resource)
-    return None
+                    yield resource
 
 
 def _lower_gpu_quota(spec: dict[str, Any]) -> str:
     """What a person's ``kubectl edit`` does in the demo: one GPU less on the queue's first GPU quota."""
-    for group in spec["resourceGroups"]:
-        for flavor in group["flavors"]:
-            for resource in flavor["resources"]:
-                if resource["name"] == "nvidia.com/gpu" and int(resource.get("nominalQuota", 0)) > 1:
-                    resource["nominalQuota"] = int(resource["nominalQuota"]) - 1
-                    return ".spec.resourceGroups"
-    raise ValueError("no GPU quota above 1 to lower")
+    resource = next(_gpu_quotas(spec))
+    resource["nominalQuota"] = int(resource["nominalQuota"]) - 1
+    return ".spec.resourceGroups"

@@ -8,15 +8,33 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 
+from quotas.errors import InputError
 from quotas.models import Cluster, ClusterKind, SyncMode
 from quotas.policy.invariants import validate_tree
 from quotas.selectors import org_snapshot
+from quotas.services.audit import require_reason
 from quotas.services.enforce import cluster_enforce
 from quotas.services.sync import cluster_sync
 
 log = logging.getLogger(__name__)
+
+
+def cluster_sync_start(*, actor_id: int | None, cluster: Cluster, mode: str, reason: str) -> None:
+    """Queue a run of ``cluster`` now, after the transaction commits, recorded as ``actor_id``'s: what the
+    portal's buttons and POST /api/v1/clusters/NAME/sync/ both do. InputError (nothing queued) for a mode
+    that is none of apply, dry_run and drift_check, a cluster switched off, or a missing reason."""
+    if mode not in SyncMode.values:
+        raise InputError(
+            "mode", f"{mode!r} is no run Allot starts", "use apply, dry_run or drift_check: nothing started"
+        )
+    if not cluster.enabled:
+        raise InputError(
+            "cluster", f"{cluster.name} is not synced here (switched off)", "tick 'synced' in its settings first"
+        )
+    reason = require_reason(reason)
+    transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, mode, reason, actor_id))
 
 
 @shared_task(name="quotas.tasks.cluster_sync", autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3)

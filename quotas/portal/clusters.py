@@ -9,7 +9,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -107,27 +106,15 @@ def cluster_start(request: HttpRequest, name: str) -> HttpResponse:
     POST /api/v1/clusters/NAME/sync/): queued after commit, recorded as theirs with their reason."""
     if not is_platform_admin(request.user):
         raise PermissionDenied("platform admins start cluster runs")
-    from quotas.tasks import cluster_sync_task
+    from quotas.tasks import cluster_sync_start
 
     cluster = get_object_or_404(Cluster, name=name)
     mode = request.POST.get("mode", "")
-    if mode not in SyncMode.values:
-        messages.error(
-            request, f"{cluster.name}: say which run to start (sync, dry run or drift check): nothing started."
-        )
-        return redirect("quotas:clusters")
-    if not cluster.enabled:
-        messages.error(
-            request, f"{cluster.name} is not synced here (switched off): tick 'synced' in its settings first."
-        )
-        return redirect("quotas:clusters")
     try:
-        reason = services.audit.require_reason(request.POST.get("reason", ""))
-    except InputError as exc:
-        messages.error(request, f"{cluster.name}: {exc}")
+        cluster_sync_start(actor_id=request.user.pk, cluster=cluster, mode=mode, reason=request.POST.get("reason", ""))
+    except InputError as exc:  # with the fix: what to do, and that nothing was started
+        messages.error(request, f"{cluster.name}: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.errors.items()))
         return redirect("quotas:clusters")
-    actor = request.user.pk
-    transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, mode, reason, actor))
     messages.success(
         request,
         f"{STARTED[SyncMode(mode)]} of {cluster.name} was started: it is listed under its recent runs when done.",

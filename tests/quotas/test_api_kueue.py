@@ -208,3 +208,12 @@ def test_a_units_cost_centre_is_set_audited_inherited_and_must_be_a_label_value(
     bad = admin_api.patch(f"/api/v1/units/{nlp.pk}/", {"cost_centre": "cc 7/a", "reason": "finance"}, format="json")
     assert bad.status_code == 400 and "not a Kubernetes label value" in str(bad.json()["cost_centre"])
     assert OrgUnit.objects.get(pk=nlp.pk).cost_centre == "CC-7"
+
+
+def test_the_api_refuses_to_queue_a_run_of_a_switched_off_cluster_like_the_portal(admin_api, demo):
+    """One rule for both doors (quotas.tasks.cluster_sync_start): a switched-off cluster is refused with the fix,
+    not queued for a run that the worker would refuse."""
+    demo.enabled = False
+    demo.save()
+    off = admin_api.post("/api/v1/clusters/k8s-west/sync/", {"reason": "x"}, format="json")
+    assert off.status_code == 400 and "switched off" in str(off.json()["cluster"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
@@ -44,7 +43,7 @@ from quotas.policy.kueue.coverage import kueue_coverage
 from quotas.policy.slurm.coverage import slurm_coverage
 from quotas.policy.slurm.render import qos_script, render_dump
 from quotas.policy.slurm.translate import compile_slurm
-from quotas.tasks import cluster_sync_task
+from quotas.tasks import cluster_sync_start
 
 
 @extend_schema_view(create=extend_schema(request=ClusterIn), partial_update=extend_schema(request=ClusterIn))
@@ -145,9 +144,7 @@ class ClusterViewSet(CatalogueViewSet):
         appears under /api/v1/sync-runs/."""
         cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
         data = parse_input(SyncIn, request)
-        reason = services.audit.require_reason(data["reason"])
-        actor = request.user.pk
-        transaction.on_commit(lambda: cluster_sync_task.delay(cluster.pk, data["mode"], reason, actor))
+        cluster_sync_start(actor_id=request.user.pk, cluster=cluster, mode=data["mode"], reason=data["reason"])
         return Response(
             {
                 "queued": True,
