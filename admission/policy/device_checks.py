@@ -3,56 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from quotas.policy.placement import matching_flavors
 
 from .review import Decision, Reason, Review
-from .workload import PodSet, describe_requirements, node_requirements
+from .workload import PodSet, describe_requirements
 
 
 def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
     """The flavors a pod set may land on given its node selector AND its required node affinity (any
-    of its terms), as Kubernetes combines them; None when no requirement names a flavor label (any
-    flavor); () when no flavor satisfies them. Requirements on labels no flavor uses are left to
-    the scheduler; a flavor that lacks a flavor label another flavor uses is not ruled out by it."""
-    keys = r.policy.flavor_label_keys
-    selector, terms = node_requirements(podset.spec)
-    if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):
-        return None
-    found = tuple(
-        f.name
-        for f in r.policy.flavors
-        if all(_holds(f.node_labels, req, keys) for req in selector)
-        and (not terms or any(all(_holds(f.node_labels, req, keys) for req in term) for term in terms))
-    )
-    # requirements every flavor satisfies pin nothing: judged (and worded) as "any flavor", so an UPDATE that
-    # adds such an ORed term does not turn an old violation into a "new" one (issue #40.4)
-    return None if found and len(found) == len(r.policy.flavors) else found
-
-
-def _holds(labels: Mapping[str, str], requirement: tuple[str, str, tuple[str, ...]], keys: Any) -> bool:
-    key, op, values = requirement
-    if key not in keys or key not in labels:
-        return True  # not a flavor label, or not one this flavor's nodes are known by
-    value = labels[key]
-    if op == "In":
-        return value in values
-    if op == "NotIn":
-        return value not in values
-    if op == "Exists":
-        return True
-    if op == "DoesNotExist":
-        return False
-    if op in ("Gt", "Lt"):
-        # Kubernetes compares both as integers; a node label that is not one matches neither (issue #40.4)
-        if len(values) == 1 and _integer(value) and _integer(values[0]):
-            return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
-        return False
-    return True
-
-
-def _integer(text: str) -> bool:
-    return text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()
+    of its terms), as Kubernetes combines them (quotas.policy.placement); None: any flavor; (): none."""
+    return matching_flavors(podset.spec, {f.name: f.node_labels for f in r.policy.flavors})
 
 
 def _where(flavors: tuple[str, ...] | None) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quotas.policy.placement import node_requirements
 from quotas.policy.quantity import QuantityError, Resource, parse_quantity
 
 GPU = "nvidia.com/gpu"
@@ -268,28 +269,6 @@ def _ray_cluster_pod_sets(cluster: Mapping[str, Any], kind: str, pointer: str, w
             _at(group_spec, kind, "template.spec", f"{where}.workerGroupSpecs[{i}]"),
             f"{pointer}/workerGroupSpecs/{i}/template/spec",
         )
-
-
-Requirement = tuple[str, str, tuple[str, ...]]
-"""(label key, operator, values) of a node selector requirement."""
-
-
-def node_requirements(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], tuple[tuple[Requirement, ...], ...]]:
-    """Where a pod may run, as Kubernetes reads it: the ``nodeSelector`` (each key equal to its value)
-    AND, when required node affinity is set, ANY of its ``nodeSelectorTerms`` (a term's match
-    expressions all hold). Returns (the selector's requirements, the terms); no terms: no affinity."""
-    selector = tuple((str(k), "In", (str(v),)) for k, v in sorted((spec.get("nodeSelector") or {}).items()))
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = tuple(
-        tuple(
-            (str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
-            for e in term.get("matchExpressions") or []
-        )
-        for term in affinity.get("nodeSelectorTerms") or []
-    )
-    return selector, terms
 
 
 def describe_requirements(spec: Mapping[str, Any]) -> str:
