@@ -4,7 +4,7 @@ what-if panel, the budget form). Composed with the quota pages in config/urls.py
 
 from django.urls import path
 
-from accounting.portal import budgets, plans, views
+from accounting.portal import budgets, plans, views, waiting
 
 urlpatterns = [
     path("units/<int:unit_id>/budgets/", budgets.budgets_edit, name="unit-budgets"),
@@ -18,4 +18,5 @@ urlpatterns = [
     path("reviews/", views.reviews_page, name="reviews"),
     path("reviews/<int:review_id>/", views.review_page, name="review"),
     path("reviews/<int:review_id>/files/<path:name>", views.review_file, name="review-file"),
+    path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting.waiting_page, name="waiting"),
 ]

@@ -10,6 +10,7 @@ from accounting.api.pools import pools_view
 from accounting.api.reviews import ReviewViewSet
 from accounting.api.showback import fairness, fairshare, showback
 from accounting.api.usage import SourceRunViewSet, WorkloadRecordViewSet, usage
+from accounting.api.waiting import waiting_list, waiting_workload
 
 
 def register(router: BaseRouter) -> None:
@@ -30,4 +31,6 @@ urlpatterns = [
     path("budgets/", budgets_view, name="budgets"),
     path("budgets/<int:pk>/", budget_delete_view, name="budget-delete"),
     path("pools/", pools_view, name="pools"),
+    path("waiting/", waiting_list, name="waiting"),
+    path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting_workload, name="waiting-workload"),
 ]

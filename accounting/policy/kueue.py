@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from accounting.policy.kueue_ask import Ask, ask_from_json, ask_of, ask_to_json
 from accounting.policy.sacct import EndState
 from quotas.policy.quantity import parse_decimal_quantity
 
@@ -101,6 +102,8 @@ class WorkloadTrack:
     while nothing runs: Kueue's stuck-reservation failure mode)."""
     notes: tuple[str, ...] = ()
     """What could not be known for sure (e.g. a run rebuilt from accumulated time)."""
+    ask: Ask = field(default_factory=Ask)
+    """What it asks for and Kueue's word on its wait (accounting.policy.kueue_ask)."""
 
     @property
     def admitted(self) -> datetime | None:
@@ -262,6 +265,7 @@ def observe(
         and not is_finished
         and not deleted,
         notes=tuple(dict.fromkeys(notes)),
+        ask=ask_of(obj, accelerators, at=(cond["QuotaReserved"].at if "QuotaReserved" in cond else None)),
     )
 
 
@@ -369,6 +373,7 @@ def track_to_json(track: WorkloadTrack) -> dict[str, Any]:
         "resource_version": track.resource_version,
         "quota_reserved": track.quota_reserved,
         "notes": list(track.notes),
+        "ask": ask_to_json(track.ask),
     }
 
 
@@ -414,4 +419,5 @@ def track_from_json(data: Mapping[str, Any]) -> WorkloadTrack:
         resource_version=str(data.get("resource_version") or ""),
         quota_reserved=bool(data.get("quota_reserved")),
         notes=tuple(str(n) for n in data.get("notes") or []),
+        ask=ask_from_json(data.get("ask")),
     )

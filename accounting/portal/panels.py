@@ -136,3 +136,6 @@ def register() -> None:
     register_unit_panel("accounting.budgets", budgets_panel)
     register_home_panel("accounting.findings", findings_count)
     register_request_panel("accounting.usage", request_usage)
+    from accounting.portal import waiting
+
+    waiting.register()

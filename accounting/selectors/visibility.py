@@ -32,3 +32,19 @@ def readable_reviews(user: Any) -> Any:
 
     paths = cost_readable_paths(user)
     return Review.objects.all() if paths is None else Review.objects.filter(within_any("unit__path", paths))
+
+
+def work_rule(user: Any) -> Q | None:
+    """Which workloads ``user`` may read (their waiting explained, issue #44.5): the usage rule (everyone
+    signed in, or under ALLOT_SHOWBACK_VISIBILITY=leads the units they lead and below; platform admins all),
+    and always their own work and their units' (the units they are members of). None: every workload."""
+    from quotas.access import cost_readable_paths, within_any
+    from quotas.models import Membership
+
+    if not getattr(user, "is_authenticated", False):
+        return Q(pk__in=[])
+    paths = cost_readable_paths(user)
+    if paths is None:
+        return None
+    units = Membership.objects.filter(user=user).values_list("unit_id", flat=True)
+    return within_any("unit__path", paths) | Q(owner=user.get_username()) | Q(unit_id__in=list(units))

@@ -1,0 +1,49 @@
+"""Waiting, explained, in the portal (issue #44.5): the unit page's *Waiting now* panel (each waiting
+workload with its top cause and its first way out) and a page per workload with every cause, its evidence
+and the ways out as checked. Both follow the reader's rule (accounting.selectors.visibility.work_rule)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from accounting.models import WorkloadRecord
+from accounting.selectors.visibility import work_rule
+from accounting.services.waiting import Answer, explain_record, find_waiting, unit_waiting
+from quotas.models import Cluster, OrgUnit
+from quotas.portal.panels import register_unit_panel
+from quotas.selectors import subtree
+
+
+def _readable(request: HttpRequest, answers: list[Answer]) -> list[Answer]:
+    rule = work_rule(request.user)
+    if rule is None:
+        return answers
+    allowed = set(
+        WorkloadRecord.objects.filter(rule, pk__in=[a.record.pk for a in answers]).values_list("pk", flat=True)
+    )
+    return [a for a in answers if a.record.pk in allowed]
+
+
+def waiting_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
+    ids = OrgUnit.objects.filter(subtree("path", unit.path), archived_at__isnull=True).values_list("id", flat=True)
+    answers = _readable(request, unit_waiting(list(ids), limit=20))
+    return {"waiting": [{"a": a, "name": a.record.job_id.partition("/")[2]} for a in answers]}
+
+
+@login_required
+def waiting_page(request: HttpRequest, cluster: str, namespace: str, name: str) -> HttpResponse:
+    found = Cluster.objects.filter(name=cluster).first()
+    record = find_waiting(found, namespace, name) if found else None
+    rule = work_rule(request.user)
+    if record is None or (rule is not None and not WorkloadRecord.objects.filter(rule, pk=record.pk).exists()):
+        raise Http404("no such workload that you may read")
+    return render(request, "accounting/waiting.html", {"a": explain_record(record)})
+
+
+def register() -> None:
+    register_unit_panel("accounting.waiting", waiting_panel)

@@ -1,0 +1,163 @@
+"""Waiting, explained (issue #44): the live view of a cluster's work and the explanations read from it.
+
+The live view is what the usage watcher keeps (``allot_watch_kueue``: a list, then a watch of every
+Workload, folded into WorkloadRecords within seconds): each admitted workload with what it holds, each
+waiting one with what it asks and Kueue's word on it (accounting.policy.kueue_ask). No question sends a
+request to the API server; every answer carries the watcher's last refresh, so its age is shown.
+
+Ways out are checked here against the invariants: a quota change offered is one the tree accepts as a
+single edit (quotas.policy.invariants.check_quota_edits), else it is shown with what it would break."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Max
+from django.utils import timezone
+
+from accounting.models import SourceKind, SourceRun, WorkloadRecord
+from accounting.policy.kueue_ask import ask_from_json
+from accounting.policy.sacct import EndState
+from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
+from quotas.models import Cluster, ResourceFlavor
+from quotas.policy.invariants import check_quota_edits
+from quotas.policy.placement import matching_flavors
+from quotas.policy.quantity import Resource
+from quotas.policy.snapshot import OrgSnapshot, Quota
+from quotas.selectors import org_snapshot
+
+WAITING_STATES = (EndState.PENDING.value, EndState.REQUEUED.value, EndState.PREEMPTED.value)
+"""A Workload that waits for quota: never admitted, requeued, or preempted and waiting again."""
+KINDS = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "rayjob": "RayJob", "raycluster": "RayCluster"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An explanation with the record it explains and the ways out as checked."""
+
+    record: WorkloadRecord
+    explanation: Explanation
+    ways_out: tuple[tuple[WayOut, str], ...]
+    """Each way out with why it cannot be taken as it is ('' when it can)."""
+    age_s: float | None
+    """Seconds since the live view was last refreshed from the scheduler; None: never."""
+
+
+def _flavors(cluster: Cluster) -> list[ResourceFlavor]:
+    return list(ResourceFlavor.objects.filter(cluster=cluster).order_by("queue_order", "name"))
+
+
+def observed_at(cluster: Cluster) -> datetime | None:
+    """When the watcher last folded the cluster's Workloads (its watermark)."""
+    found = SourceRun.objects.filter(cluster=cluster, source=SourceKind.KUEUE).aggregate(at=Max("watermark"))
+    return found["at"]
+
+
+def live_view(cluster: Cluster, *, units: Iterable[int] | None = None) -> LiveView:
+    """What every admitted workload of the cluster holds, and what waits (only ``units``' when given):
+    two queries."""
+    flavors = _flavors(cluster)
+    keys = {f.name: f.key for f in flavors}
+    labels = {f.name: dict(f.node_labels or {}) for f in flavors}
+    holding = tuple(
+        Holding(name, unit, path or "", owner, tier, keys.get(flavor or "", f"{cluster.name}/{flavor}"), n, b, at)
+        for name, unit, path, owner, tier, flavor, n, b, at in WorkloadRecord.objects.filter(
+            cluster=cluster, state=EndState.RUNNING.value, devices__gt=0
+        ).values_list(
+            "job_id", "unit_id", "unit__path", "owner", "tier", "flavor_name", "devices", "borrowed", "admitted_at"
+        )
+    )
+    waiting = WorkloadRecord.objects.filter(cluster=cluster, state__in=WAITING_STATES)
+    if units is not None:
+        waiting = waiting.filter(unit_id__in=list(units))
+    pending = tuple(
+        _pending(
+            name, unit, owner, tier, (resources or {}).get("queue", ""), created, (track or {}).get("ask"), keys, labels
+        )
+        for name, unit, owner, tier, resources, created, track in waiting.values_list(
+            "job_id", "unit_id", "owner", "tier", "resources", "submitted_at", "track"
+        )
+    )
+    return LiveView(cluster.name, observed_at(cluster), tuple(f.key for f in flavors), holding, pending)
+
+
+def _pending(
+    name: str,
+    unit: int | None,
+    owner: str,
+    tier: str,
+    queue: object,
+    created: datetime | None,
+    ask_json: Any,
+    keys: Mapping[str, str],
+    labels: Mapping[str, Mapping[str, str]],
+) -> Pending:
+    ask = ask_from_json(ask_json)
+    pinned = matching_flavors(ask.placement, labels) if ask.placement else None
+    flavors = None if pinned is None else tuple(keys[n] for n in pinned)
+    return Pending(name, unit, owner, tier, str(queue), created, ask, flavors)
+
+
+def find_waiting(cluster: Cluster, namespace: str, name: str) -> WorkloadRecord | None:
+    """A Workload by its name, or by its job's ``kind/name`` (``job/train``) — the newest one."""
+    records = WorkloadRecord.objects.filter(cluster=cluster, account=namespace).select_related("unit", "cluster")
+    if "/" in name:
+        kind, _, job = name.partition("/")
+        wanted = f"{KINDS.get(kind.lower(), kind)}/{job}"
+        return records.filter(track__ask__job__iexact=wanted).order_by("-submitted_at", "-id").first()
+    return records.filter(job_id=f"{namespace}/{name}"[:64]).first()
+
+
+def explain_record(
+    record: WorkloadRecord, *, snapshot: OrgSnapshot | None = None, view: LiveView | None = None
+) -> Answer:
+    snapshot = snapshot or org_snapshot()
+    view = view or live_view(record.cluster, units=[record.unit_id] if record.unit_id else [])
+    target = next((p for p in view.pending if p.name == record.job_id), None)
+    if target is None:  # not waiting (admitted, ended): explained as what it is
+        target = Pending(
+            record.job_id,
+            record.unit_id,
+            record.owner,
+            record.tier,
+            "",
+            record.submitted_at,
+            ask_from_json((record.track or {}).get("ask")),
+        )
+    now = timezone.now()
+    explanation = explain(snapshot, view, target, now=now)
+    checked = tuple((w, _problem(snapshot, record.unit_id, w)) for w in explanation.ways_out)
+    age = (now - view.observed_at).total_seconds() if view.observed_at else None
+    return Answer(record, explanation, checked, age)
+
+
+def unit_waiting(unit_ids: Iterable[int], *, limit: int = 50) -> list[Answer]:
+    """The waiting work of units (each cluster's live view read once), oldest first."""
+    ids = list(unit_ids)
+    records = list(
+        WorkloadRecord.objects.filter(unit_id__in=ids, state__in=WAITING_STATES)
+        .select_related("unit", "cluster")
+        .order_by("submitted_at", "id")[:limit]
+    )
+    snapshot = org_snapshot() if records else None
+    views: dict[int, LiveView] = {}
+    out = []
+    for record in records:
+        if record.cluster_id not in views:
+            views[record.cluster_id] = live_view(record.cluster, units=ids)
+        out.append(explain_record(record, snapshot=snapshot, view=views[record.cluster_id]))
+    return out
+
+
+def _problem(snapshot: OrgSnapshot, unit_id: int | None, way: WayOut) -> str:
+    """Why a quota change cannot be made as one edit ('' when the invariants accept it)."""
+    if way.change is None or unit_id is None or way.flavor is None:
+        return ""
+    key = (unit_id, way.flavor, Resource.GPU)
+    old = snapshot.quotas.get(key, Quota())
+    edit = replace(old, guarantee=way.change["guarantee"], burst=way.change["burst"])
+    problems = check_quota_edits(snapshot, {key: edit})
+    return "; ".join(f"{p.message} ({p.hint})" if p.hint else p.message for p in problems[:2])

@@ -1,0 +1,114 @@
+"""Waiting, explained, in the API (issue #44.5): a workload by its job's name, a unit's waiting work, and the
+reader's rule (its owner, its unit's members and leads; everyone signed in under the default visibility)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from accounting.models import WorkloadRecord
+from quotas.models import NamespaceBinding, Quota, ResourceFlavor
+
+pytestmark = pytest.mark.django_db
+
+
+def records(demo):
+    """speech holds its whole ceiling on one flavor with ``first``; ``second`` (erin's, job/second) waits."""
+    unit = NamespaceBinding.objects.get(cluster=demo, namespace="speech").unit
+    quota = (
+        Quota.objects.filter(unit=unit, flavor__cluster=demo, resource="nvidia.com/gpu").exclude(guarantee=0).first()
+    )
+    assert quota is not None, "the demo gives speech a guarantee on k8s-west"
+    flavor = ResourceFlavor.objects.get(pk=quota.flavor_id)
+    now = timezone.now()
+    ceiling = quota.guarantee + quota.burst
+    common = {"cluster": demo, "unit": unit, "account": "speech"}
+    WorkloadRecord.objects.create(
+        **common, scheduler_id="u1", job_id="speech/job-first-1", owner="dan", flavor=flavor,
+        flavor_name=flavor.name, devices=ceiling, state="running", submitted_at=now - timedelta(hours=1),
+        admitted_at=now - timedelta(hours=1),
+    )  # fmt: skip
+    ask = {"pods": 1, "per_pod": 1, "devices": 1, "job": "Job/second", "reason": "Pending",
+           "message": "couldn't assign flavors", "placement": {"nodeSelector": dict(flavor.node_labels)}}  # fmt: skip
+    WorkloadRecord.objects.create(
+        **common, scheduler_id="u2", job_id="speech/job-second-2", owner="erin", state="pending",
+        submitted_at=now - timedelta(minutes=2), track={"uid": "u2", "ask": ask}, resources={"queue": "q"},
+    )  # fmt: skip
+    return unit, flavor
+
+
+def test_a_workload_is_explained_by_its_jobs_name_and_a_units_waiting_work_is_listed(demo, admin_client):
+    unit, flavor = records(demo)
+    answer = admin_client.get("/api/v1/waiting/k8s-west/speech/job/second/")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert (body["workload"], body["job"], body["unit"], body["state"]) == (
+        "speech/job-second-2", "Job/second", unit.path, "pending"
+    )  # fmt: skip
+    assert body["causes"][0]["code"] == "borrowing-limit"
+    assert "speech/job-first-1" in " ".join(body["causes"][0]["evidence"])
+    assert body["scheduler_says"] == "Pending: couldn't assign flavors"
+    assert body["room"][flavor.key]["room"] == 0
+    listed = admin_client.get("/api/v1/waiting/", {"unit": unit.path}).json()
+    assert [w["workload"] for w in listed["waiting"]] == ["speech/job-second-2"]
+    bad = admin_client.get("/api/v1/waiting/", {"unit": "nowhere"})
+    assert bad.status_code == 400 and "unit" in bad.json()
+    assert admin_client.get("/api/v1/waiting/k8s-west/speech/job/third/").status_code == 404
+    assert admin_client.get("/api/v1/waiting/nowhere/speech/job/second/").status_code == 404
+
+
+def test_under_lead_visibility_the_owner_and_the_units_lead_read_it_and_another_lead_does_not(demo, client, settings):
+    unit, _ = records(demo)
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    url = "/api/v1/waiting/k8s-west/speech/job/second/"
+    erin = User.objects.create_user("erin")
+    for username, status in (("lead-nlp", 404), ("lead-speech", 200), ("erin", 200)):
+        client.force_login(User.objects.get(username=username) if username != "erin" else erin)
+        assert client.get(url).status_code == status, username
+        listed = client.get("/api/v1/waiting/", {"unit": unit.path}).json()["waiting"]
+        assert len(listed) == (1 if status == 200 else 0), username
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kubectl_allot_why_asks_the_api_with_the_readers_token_and_prints_causes_and_ways_out(demo, live_server):
+    """The plugin as installed (``kubectl-allot`` on PATH), against a running server, as erin."""
+    import shutil
+    import subprocess
+
+    from rest_framework.authtoken.models import Token
+
+    records(demo)
+    token = Token.objects.create(user=User.objects.create_user("erin"))
+    plugin = shutil.which("kubectl-allot")
+    assert plugin, "the package installs kubectl-allot"
+    env = {"PATH": "/usr/bin:/bin", "ALLOT_URL": live_server.url, "ALLOT_TOKEN": token.key, "ALLOT_CLUSTER": "k8s-west"}
+    done = subprocess.run([plugin, "why", "job/second", "-n", "speech"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("speech/job-second-2 (Job/second) of ") and "asks for 1 devices" in out
+    assert "Why it waits:\n  1. " in out and "has reached its ceiling" in out
+    assert "What would make it run:" in out and "speech/job-first-1" in out
+    assert "The scheduler says: Pending: couldn't assign flavors" in out
+    missing = subprocess.run([plugin, "why", "job/nothing", "-n", "speech"], capture_output=True, text=True, env=env)
+    assert missing.returncode == 1 and "Allot answered 404" in missing.stderr
+    unset = subprocess.run([plugin, "why", "job/second"], capture_output=True, text=True, env={"PATH": "/usr/bin"})
+    assert unset.returncode == 2 and "set ALLOT_URL, ALLOT_TOKEN, ALLOT_CLUSTER" in unset.stderr
+
+
+def test_the_unit_page_shows_waiting_now_and_links_each_to_its_explanation(demo, client, settings):
+    unit, _ = records(demo)
+    client.force_login(User.objects.get(username="lead-speech"))
+    page = client.get(f"/units/{unit.pk}/").content.decode()
+    assert 'id="waiting"' in page and "speech/job-second-2" in page and "has reached its ceiling" in page
+    link = "/waiting/k8s-west/speech/job-second-2/"
+    assert f'href="{link}"' in page
+    detail = client.get(link).content.decode()
+    assert "Why speech/job-second-2 waits" in detail and 'id="causes"' in detail and "speech/job-first-1" in detail
+    assert "The scheduler says: Pending: couldn&#x27;t assign flavors" in detail
+    settings.ALLOT_SHOWBACK_VISIBILITY = "leads"
+    client.force_login(User.objects.get(username="lead-nlp"))
+    assert client.get(link).status_code == 404
+    assert "speech/job-second-2" not in client.get(f"/units/{unit.pk}/").content.decode()
