@@ -6,6 +6,8 @@ devices over the minutes that had telemetry (``GET /metrics/usage``; deploy/graf
        department="research", cost_centre="CC-1100", kueue_unit="acme.research.nlp"}
     allot_unit_active   measured activity (DCGM), only where it was measured
     allot_usage_hour_timestamp_seconds   the hour they describe
+    allot_reclaim_wait_seconds{contract="standard"}   a histogram of the reclaims of the trailing 30 days:
+      from the owner's ask to its admission (accounting/reclaims.py), buckets around the usual promises
 
 ``department``, ``cost_centre`` and ``kueue_unit`` are the values Allot stamps on the unit's Kueue objects,
 which Kueue's ``metrics.customLabels`` promote onto its own metrics as ``custom_department``,
@@ -20,7 +22,7 @@ import hmac
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from accounting.selectors.usage import latest_usage, unit_org_labels
@@ -62,6 +64,27 @@ class UsageCollector(Collector):
         yield stamp
 
 
+class ReclaimCollector(Collector):
+    def collect(self):  # type: ignore[no-untyped-def]
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from accounting.policy.reclaim_slo import BUCKETS_S, histograms
+        from accounting.reclaims import reclaims
+
+        now = timezone.now()
+        family = HistogramMetricFamily(
+            "allot_reclaim_wait_seconds",
+            "Reclaims of the trailing 30 days: seconds from the owner's ask to its admission, per contract",
+            labels=["contract"],
+        )
+        for contract, (counts, total, _n) in sorted(histograms(reclaims(now - timedelta(days=30), now, {})).items()):
+            buckets = [(str(float(b)), c) for b, c in zip(BUCKETS_S, counts, strict=False)] + [("+Inf", counts[-1])]
+            family.add_metric([contract], buckets, total)
+        yield family
+
+
 def usage_metrics(request: HttpRequest) -> HttpResponse:
     """For a signed-in user, or a scraper sending ``Authorization: Bearer <ALLOT_METRICS_TOKEN>``; under
     ALLOT_SHOWBACK_VISIBILITY=leads (every unit's usage at once) a platform admin or the scraper only."""
@@ -78,4 +101,5 @@ def usage_metrics(request: HttpRequest) -> HttpResponse:
         )
     registry = CollectorRegistry()
     registry.register(UsageCollector())
+    registry.register(ReclaimCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

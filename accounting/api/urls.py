@@ -7,6 +7,7 @@ from accounting.api.budgets import budget_delete_view, budgets_view
 from accounting.api.findings import FindingViewSet
 from accounting.api.plans import backtest_view, plan_accept_view, plan_view
 from accounting.api.pools import pools_view
+from accounting.api.reclaims import reclaim_slo_view
 from accounting.api.reviews import ReviewViewSet
 from accounting.api.showback import fairness, fairshare, showback
 from accounting.api.usage import SourceRunViewSet, WorkloadRecordViewSet, usage
@@ -31,6 +32,7 @@ urlpatterns = [
     path("budgets/", budgets_view, name="budgets"),
     path("budgets/<int:pk>/", budget_delete_view, name="budget-delete"),
     path("pools/", pools_view, name="pools"),
+    path("reclaim-slo/", reclaim_slo_view, name="reclaim-slo"),
     path("waiting/", waiting_list, name="waiting"),
     path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting_workload, name="waiting-workload"),
 ]

@@ -160,7 +160,9 @@ def stuck_reservations(workloads: Iterable[StuckWorkload], th: Thresholds, now: 
 
 @dataclass(frozen=True)
 class Reclaim:
-    """A workload inside its unit's guarantee that waited while a borrower on the flavor was preempted."""
+    """A workload inside its unit's guarantee that asked while devices of that guarantee were lent: timed from
+    its ask to its admission. ``preempted``: when the borrower was preempted for it; None when no borrower
+    was (the lent devices stayed with borrowers until they finished: a reclaim that never happened)."""
 
     lender: int
     lender_path: str
@@ -170,10 +172,11 @@ class Reclaim:
     flavor_key: str
     submitted: datetime
     admitted: datetime
-    preempted: datetime
+    preempted: datetime | None
     promised_s: int
     devices: int
     price: Decimal | None
+    contract: str = ""
 
 
 def contracts_not_honoured(reclaims: Iterable[Reclaim], start: datetime, end: datetime) -> list[Found]:
@@ -197,7 +200,8 @@ def contracts_not_honoured(reclaims: Iterable[Reclaim], start: datetime, end: da
                 start,
                 end,
                 f"{first.lender_path} waited up to {waits[-1] / 60:.0f} min for its guarantee on {first.flavor_key} "
-                f"(promised {first.promised_s / 60:.0f} min) while {first.borrower_path or 'a borrower'} was reclaimed",
+                f"(promised {first.promised_s / 60:.0f} min) while {first.borrower_path or 'a borrower'} "
+                + ("was reclaimed" if first.preempted else "kept its lent devices: no borrower was preempted"),
                 {
                     "reclaims": len(late),
                     "longest_wait_s": int(waits[-1]),
@@ -205,6 +209,7 @@ def contracts_not_honoured(reclaims: Iterable[Reclaim], start: datetime, end: da
                     "promised_s": first.promised_s,
                     "borrower": first.borrower_path,
                     "device_hours_beyond_promise": round(beyond_h, 2),
+                    "never_preempted": sum(1 for r in late if r.preempted is None),
                 },
                 money_at(first.price, beyond_h),
                 "Check the borrower's preemption settings and grace period against the lender's contract "

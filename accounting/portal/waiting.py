@@ -45,5 +45,27 @@ def waiting_page(request: HttpRequest, cluster: str, namespace: str, name: str) 
     return render(request, "accounting/waiting.html", {"a": explain_record(record)})
 
 
+def promises_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
+    """Promises kept: the reclaim SLO of the unit and its subtree as lenders, over the trailing 30 days."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounting.policy.reclaim_slo import reclaim_slo
+    from accounting.reclaims import reclaims
+    from quotas.access import may_read_costs
+
+    if not may_read_costs(request.user, unit.path):
+        return {"promises": None}
+    now = timezone.now()
+    lines = [
+        line
+        for line in reclaim_slo(reclaims(now - timedelta(days=30), now, {}))
+        if line.lender_path == unit.path or line.lender_path.startswith(f"{unit.path}/")
+    ]
+    return {"promises": lines}
+
+
 def register() -> None:
     register_unit_panel("accounting.waiting", waiting_panel)
+    register_unit_panel("accounting.promises", promises_panel)
