@@ -62,3 +62,127 @@ def test_a_job_beyond_its_units_ceiling_is_explained_and_each_way_out_makes_it_r
         assert [a.record.job_id for a in unit_waiting([unit])] == []
     finally:
         delete_jobs(kube_plane, ns)
+
+
+def lending_org(plane, admin, name: str, reclaim: str):
+    """In Allot, synced to the plane: ``name`` (8 devices) → owner (4, lendable 4, no burst) and borrower (4,
+    burst 4), on one flavor, under a contract reclaiming within 300 s with Kueue's reclaimWithinCohort ``reclaim``."""
+    from quotas import services
+    from quotas.models import ClusterKind
+    from quotas.policy import Resource
+    from tests.kube_work import namespace
+    from tests.quotas.test_kube_real import shipped_rbac
+
+    why = "reclaim test"
+    cluster = services.cluster_set(
+        actor=admin, reason=why, name=name, kind=ClusterKind.KUBERNETES,
+        connection_ref=f"kubeconfig:{plane.sync_kubeconfig}",
+    )  # fmt: skip
+    flavor = services.flavor_set(
+        actor=admin, reason=why, cluster=cluster, name=f"{name}-gpu", accelerator_model="A100",
+        device_memory_gb=80, physical_devices=8, node_labels={"gpu": f"{name}-gpu"},
+    )  # fmt: skip
+    contract = services.contract_set(
+        actor=admin, reason=why, name=f"{name}-c", reclaim_within=300, grace_period=30, reclaim_within_cohort=reclaim
+    )
+    root = services.org_unit_create(
+        actor=admin, reason=why, parent=None, kind="organisation", slug=name, contract=contract
+    )
+    units = {t: services.org_unit_create(actor=admin, reason=why, parent=root, kind="team", slug=t)
+             for t in ("owner", "borrower")}  # fmt: skip
+    gpu = Resource.GPU
+    services.quota_set_bulk(actor=admin, reason=why, changes=[services.QuotaChange(root.pk, flavor.pk, gpu, 8, 0, 8)])
+    services.quota_set_bulk(
+        actor=admin, reason=why,
+        changes=[services.QuotaChange(units["owner"].pk, flavor.pk, gpu, 4, 0, 4),
+                 services.QuotaChange(units["borrower"].pk, flavor.pk, gpu, 4, 4, 4)],
+    )  # fmt: skip
+    shipped_rbac(plane)
+    for team, unit in units.items():
+        namespace(plane, f"{name}-{team}")
+        services.namespace_bind(actor=admin, reason=why, unit=unit, cluster=cluster, namespace=f"{name}-{team}")
+    run = cluster_sync(actor=None, reason=why, cluster=cluster)
+    assert run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), run.message
+    return cluster, flavor
+
+
+@pytest.mark.parametrize("reclaim", ["Any", "Never"])
+def test_a_lender_waiting_for_its_guarantee_is_explained_and_the_reclaim_timed_by_the_schedulers_clock(
+    kube_plane, admin_user, reclaim
+):
+    """The borrower holds 8 (4 of them the owner's, lent); the owner asks for 4. With reclaimWithinCohort Any the
+    real Kueue preempts the borrower; with Never the owner waits until the borrower's job is gone — the reclaim
+    that never preempted anyone (issue #44.4). While it waits it is explained as a reclaim naming the borrower;
+    either way the reclaim is timed from the Workloads' own condition times."""
+    import time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounting.policy.kueue import parse_time
+    from admission.selectors import admission_policy
+    from tests.kube_work import condition
+    from tests.quotas.test_kube_real import active
+
+    name = f"slo-{reclaim.lower()}"
+    cluster, flavor = lending_org(kube_plane, admin_user, name, reclaim)
+    policy = admission_policy(cluster)
+    queues = {t: policy.namespaces[f"{name}-{t}"].queue for t in ("owner", "borrower")}
+    pin = {"gpu": flavor.name}
+    active(kube_plane, [r.queue for r in policy.namespaces.values()])
+    ns = {t: f"{name}-{t}" for t in queues}
+    try:
+        kube_plane.apply_manifest(gpu_job("big", ns["borrower"], queues["borrower"], 8, node_selector=pin))
+        wait_for("the borrower holds 8", lambda: admitted(workloads(kube_plane, ns["borrower"]).get("big")))
+        usage_resync_kueue(cluster=cluster)  # the watcher sees it run (a Workload first seen preempted shows no run)
+        kube_plane.apply_manifest(gpu_job("mine", ns["owner"], queues["owner"], 4, node_selector=pin))
+        if reclaim == "Never":
+            said = lambda: condition(workloads(kube_plane, ns["owner"]).get("mine"), "QuotaReserved") or {}
+            wait_for("Kueue's word on the owner's job", lambda: said().get("message"))
+            usage_resync_kueue(cluster=cluster)
+            record = find_waiting(cluster, ns["owner"], "job/mine")
+            assert record is not None
+            found = explain_record(record).explanation
+            assert found.top is not None and found.top.code == "reclaim", found.causes
+            big = workloads(kube_plane, ns["borrower"])["big"]["metadata"]["name"]
+            assert f"{ns['borrower']}/{big} (8 devices, 4 borrowed, {name}/borrower)" in " ".join(found.top.evidence)
+            assert any(w.kind == "wait-reclaim" for w in found.ways_out)
+            # it waits longer than a scheduling pass (a shorter wait is not a reclaim), then the borrower goes
+            created = parse_time(workloads(kube_plane, ns["owner"])["mine"]["metadata"]["creationTimestamp"])
+            assert created is not None
+            time.sleep(max(0.0, 12 - (timezone.now() - created).total_seconds()))
+            kube_plane.request("DELETE", f"/apis/batch/v1/namespaces/{ns['borrower']}/jobs/big",
+                               {"propagationPolicy": "Background"})  # fmt: skip
+            kube_plane.delete(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns['borrower']}/workloads/{big}")
+        wait_for("the owner admitted", lambda: admitted(workloads(kube_plane, ns["owner"]).get("mine")), 60)
+        owner = workloads(kube_plane, ns["owner"])["mine"]
+        run = usage_resync_kueue(cluster=cluster)
+        assert run.status != "failed", run.message
+        from accounting.reclaims import reclaims
+
+        timed = [
+            r
+            for r in reclaims(timezone.now() - timedelta(hours=1), timezone.now(), {})
+            if r.lender_path == f"{name}/owner"
+        ]
+        assert len(timed) == 1, timed
+        reclaimed = timed[0]
+
+        def at(obj, kind):
+            when = parse_time((condition(obj, kind) or {}).get("lastTransitionTime"))
+            assert when is not None, (kind, obj["status"])
+            return when
+
+        assert reclaimed.borrower_path == f"{name}/borrower" and reclaimed.contract == f"{name}-c"
+        assert reclaimed.promised_s == 300
+        assert abs((reclaimed.admitted - at(owner, "Admitted")).total_seconds()) < 1
+        created = parse_time(owner["metadata"]["creationTimestamp"])
+        assert created is not None and abs((reclaimed.submitted - created).total_seconds()) < 1
+        if reclaim == "Any":
+            evicted = at(workloads(kube_plane, ns["borrower"])["big"], "Evicted")
+            assert reclaimed.preempted is not None and abs((reclaimed.preempted - evicted).total_seconds()) < 1
+        else:
+            assert reclaimed.preempted is None
+    finally:
+        for n in ns.values():
+            delete_jobs(kube_plane, n)
