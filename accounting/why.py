@@ -1,5 +1,6 @@
-"""``kubectl allot why job/NAME``: why a job waits and what would make it run, where researchers submit
-(issue #44.5). Installed with the package as ``kubectl-allot`` (kubectl finds plugins on PATH by that name).
+"""``kubectl allot why job/NAME`` and ``allot-why JOBID``: why a job waits and what would make it run, where
+researchers submit (issue #44.5). Installed with the package as ``kubectl-allot`` (kubectl finds plugins on
+PATH by that name) and ``allot-why`` (for Slurm jobs: ``GET /api/v1/waiting/<cluster>/<jobid>/``).
 
 Stdlib only: it asks Allot's API (``GET /api/v1/waiting/<cluster>/<namespace>/<kind/name>/``) with the
 reader's own token, so it shows what the reader may read. Configuration: ``ALLOT_URL`` (e.g.
@@ -16,9 +17,11 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 USAGE = "kubectl allot why job/NAME [-n NAMESPACE] [--cluster NAME] [--json]"
+SLURM_USAGE = "allot-why JOBID [--cluster NAME] [--json]"
 
 
 def _namespace() -> str:
@@ -32,9 +35,10 @@ def _namespace() -> str:
     return found.stdout.strip() or "default"
 
 
-def fetch(base: str, token: str, cluster: str, namespace: str, name: str) -> dict[str, Any]:
-    quoted = "/".join(urllib.parse.quote(part, safe="") for part in (cluster, namespace))
-    url = f"{base.rstrip('/')}/api/v1/waiting/{quoted}/{urllib.parse.quote(name)}/"
+def fetch(base: str, token: str, *parts: str) -> dict[str, Any]:
+    """``GET /api/v1/waiting/<parts…>/`` (the last part may hold a slash: ``job/train``)."""
+    quoted = [urllib.parse.quote(part, safe="") for part in parts[:-1]] + [urllib.parse.quote(parts[-1])]
+    url = f"{base.rstrip('/')}/api/v1/waiting/{'/'.join(quoted)}/"
     request = urllib.request.Request(url, headers={"Authorization": f"Token {token}", "Accept": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as answer:
         data: dict[str, Any] = json.load(answer)
@@ -72,13 +76,26 @@ def kubectl_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", ""))
     parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
     args = parser.parse_args(argv)
+    return _ask(args.cluster, args.json, USAGE, lambda: (args.namespace or _namespace(), args.target))
+
+
+def slurm_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="allot-why", usage=SLURM_USAGE, description="Why a Slurm job waits.")
+    parser.add_argument("job", help="the job id, as sbatch printed it")
+    parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", ""))
+    parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    args = parser.parse_args(argv)
+    return _ask(args.cluster, args.json, SLURM_USAGE, lambda: (args.job,))
+
+
+def _ask(cluster: str, as_json: bool, usage: str, parts: Callable[[], tuple[str, ...]]) -> int:
     base, token = os.environ.get("ALLOT_URL", ""), os.environ.get("ALLOT_TOKEN", "")
-    missing = [n for n, v in (("ALLOT_URL", base), ("ALLOT_TOKEN", token), ("ALLOT_CLUSTER", args.cluster)) if not v]
+    missing = [n for n, v in (("ALLOT_URL", base), ("ALLOT_TOKEN", token), ("ALLOT_CLUSTER", cluster)) if not v]
     if missing:
-        print(f"set {', '.join(missing)} (ALLOT_CLUSTER may be --cluster): {USAGE}", file=sys.stderr)
+        print(f"set {', '.join(missing)} (ALLOT_CLUSTER may be --cluster): {usage}", file=sys.stderr)
         return 2
     try:
-        data = fetch(base, token, args.cluster, args.namespace or _namespace(), args.target)
+        data = fetch(base, token, cluster, *parts())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
         print(f"Allot answered {exc.code}: {detail}", file=sys.stderr)
@@ -86,7 +103,7 @@ def kubectl_main(argv: list[str] | None = None) -> int:
     except (urllib.error.URLError, OSError) as exc:
         print(f"Allot at {base} could not be reached: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(data, indent=2) if args.json else render(data))
+    print(json.dumps(data, indent=2, default=str) if as_json else render(data))
     return 0
 
 

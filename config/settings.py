@@ -411,6 +411,12 @@ ALLOT_SLURM_SCONTROL = env_str(
 ALLOT_SLURM_SQUEUE = env_str(
     "ALLOT_SLURM_SQUEUE", "squeue", help="The squeue binary: pending jobs' GPU shapes for the fragmentation index."
 )
+ALLOT_SLURM_QUEUE_SECONDS = env_int(
+    "ALLOT_SLURM_QUEUE_SECONDS",
+    10,
+    help="Why a Slurm job waits: squeue is read again when the shared copy is older than this (seconds).",
+)
+
 # DCGM through Prometheus: which Prometheus holds each cluster's dcgm-exporter series ("cluster=url" pairs)
 ALLOT_DCGM_PROMETHEUS = dict(pair.split("=", 1) for pair in env_list("ALLOT_DCGM_PROMETHEUS", []) if "=" in pair)
 if len(ALLOT_DCGM_PROMETHEUS) != len(

@@ -197,6 +197,27 @@ OUTSIDE_PYTHON = (  # read by the container's entrypoint, the webhook's nginx, a
         "deploy/kubernetes/base/usage-watcher.yaml",
     ),
     Setting(
+        "ALLOT_URL",
+        "a URL",
+        "unset",
+        "Where `kubectl allot why` and `allot-why` (on a researcher's machine) find Allot, e.g. https://allot.example.org.",
+        "accounting/why.py",
+    ),
+    Setting(
+        "ALLOT_TOKEN",
+        "text",
+        "unset",
+        "The researcher's own API token for `kubectl allot why` and `allot-why`: they show what its owner may read.",
+        "accounting/why.py",
+    ),
+    Setting(
+        "ALLOT_CLUSTER",
+        "text",
+        "unset (give `--cluster`)",
+        "The cluster's name in Allot for `kubectl allot why` and `allot-why`.",
+        "accounting/why.py",
+    ),
+    Setting(
         "ALLOT_CHROMIUM",
         "text",
         "`/usr/bin/chromium`",

@@ -11,7 +11,7 @@ from accounting.api.reclaims import reclaim_slo_view
 from accounting.api.reviews import ReviewViewSet
 from accounting.api.showback import fairness, fairshare, showback
 from accounting.api.usage import SourceRunViewSet, WorkloadRecordViewSet, usage
-from accounting.api.waiting import waiting_list, waiting_workload
+from accounting.api.waiting import waiting_list, waiting_slurm_job, waiting_workload
 
 
 def register(router: BaseRouter) -> None:
@@ -34,5 +34,6 @@ urlpatterns = [
     path("pools/", pools_view, name="pools"),
     path("reclaim-slo/", reclaim_slo_view, name="reclaim-slo"),
     path("waiting/", waiting_list, name="waiting"),
+    path("waiting/<str:cluster>/<str:job>/", waiting_slurm_job, name="waiting-slurm-job"),
     path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting_workload, name="waiting-workload"),
 ]

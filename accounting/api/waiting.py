@@ -10,15 +10,24 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.decorators import api_view, permission_classes
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.models import WorkloadRecord
-from accounting.selectors.visibility import work_rule
-from accounting.services.waiting import Answer, explain_record, find_waiting, unit_waiting
-from quotas.models import Cluster, OrgUnit
+from accounting.policy.waiting import Explanation, WayOut
+from accounting.selectors.visibility import may_read_job, work_rule
+from accounting.services.waiting import (
+    Answer,
+    SlurmAnswer,
+    explain_record,
+    explain_slurm_job,
+    find_waiting,
+    unit_waiting,
+)
+from quotas.integrations.slurm import SlurmError
+from quotas.models import Cluster, ClusterKind, OrgUnit
 from quotas.selectors import subtree
 
 CAUSE = inline_serializer(
@@ -60,18 +69,10 @@ ANSWER_FIELDS: dict[str, Any] = {
 ANSWER = inline_serializer("WaitingAnswer", fields=ANSWER_FIELDS)
 
 
-def answer_json(answer: Answer) -> dict[str, Any]:
-    found, record = answer.explanation, answer.record
-    ask = (record.track or {}).get("ask") or {}
+def _explained(found: Explanation, ways: tuple[tuple[WayOut, str], ...], age_s: float | None) -> dict[str, Any]:
     return {
-        "cluster": record.cluster.name,
-        "workload": record.job_id,
-        "job": ask.get("job", ""),
         "unit": found.unit,
-        "owner": record.owner,
-        "state": record.state,
         "devices": found.devices,
-        "waiting_since": record.submitted_at,
         "causes": [{"code": c.code, "title": c.title, "evidence": list(c.evidence)} for c in found.causes],
         "ways_out": [
             {
@@ -83,13 +84,45 @@ def answer_json(answer: Answer) -> dict[str, Any]:
                 "by": w.by,
                 "blocked_by": problem,
             }
-            for w, problem in answer.ways_out
+            for w, problem in ways
         ],
         "scheduler_says": found.scheduler_says,
         "room": {k: dict(v) for k, v in found.room.items()},
         "observed_at": found.observed_at,
-        "age_seconds": None if answer.age_s is None else round(answer.age_s, 1),
+        "age_seconds": None if age_s is None else round(age_s, 1),
     }
+
+
+def answer_json(answer: Answer) -> dict[str, Any]:
+    record = answer.record
+    ask = (record.track or {}).get("ask") or {}
+    return {
+        "cluster": record.cluster.name,
+        "workload": record.job_id,
+        "job": ask.get("job", ""),
+        "owner": record.owner,
+        "state": record.state,
+        "waiting_since": record.submitted_at,
+        **_explained(answer.explanation, answer.ways_out, answer.age_s),
+    }
+
+
+def slurm_answer_json(answer: SlurmAnswer) -> dict[str, Any]:
+    job = answer.job
+    return {
+        "cluster": answer.cluster.name,
+        "workload": f"job {job.job_id} ({job.name})",
+        "job": f"job/{job.job_id}",
+        "owner": job.user,
+        "state": job.state.lower(),
+        "waiting_since": job.submitted,
+        **_explained(answer.explanation, answer.ways_out, answer.age_s),
+    }
+
+
+class ServiceUnavailable(APIException):
+    status_code = 503
+    default_detail = "the scheduler could not be asked"
 
 
 def readable(request: Request, record: WorkloadRecord | None) -> WorkloadRecord:
@@ -111,6 +144,29 @@ def waiting_workload(request: Request, cluster: str, namespace: str, name: str) 
         raise NotFound(f"cluster {cluster!r}: no such cluster in Allot")
     record = readable(request, find_waiting(found, namespace, name))
     return Response(answer_json(explain_record(record)))
+
+
+@extend_schema(
+    operation_id="waiting_slurm_job",
+    responses={200: ANSWER},
+    summary="Why a Slurm job waits, and what would make it run",
+)
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def waiting_slurm_job(request: Request, cluster: str, job: str) -> Response:
+    """A Slurm job by its id, from the cluster's queue as squeue lists it (read at most every
+    ALLOT_SLURM_QUEUE_SECONDS, shared by every process)."""
+    found = Cluster.objects.filter(name=cluster, kind=ClusterKind.SLURM).first()
+    if found is None:
+        raise NotFound(f"cluster {cluster!r}: no such Slurm cluster in Allot (a Kubernetes workload is <ns>/<name>)")
+    try:
+        answer = explain_slurm_job(found, job)
+    except SlurmError as exc:
+        raise ServiceUnavailable(f"squeue on {cluster}: {exc}") from exc
+    unit = OrgUnit.objects.filter(path=answer.unit_path).values_list("id", flat=True).first() if answer else None
+    if answer is None or not may_read_job(request.user, unit, answer.unit_path, answer.job.user):
+        raise NotFound(f"job {job} is not in {cluster}'s queue, or is not one you may read")
+    return Response(slurm_answer_json(answer))
 
 
 @extend_schema(

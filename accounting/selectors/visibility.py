@@ -48,3 +48,20 @@ def work_rule(user: Any) -> Q | None:
         return None
     units = Membership.objects.filter(user=user).values_list("unit_id", flat=True)
     return within_any("unit__path", paths) | Q(owner=user.get_username()) | Q(unit_id__in=list(units))
+
+
+def may_read_job(user: Any, unit_id: int | None, unit_path: str, owner: str) -> bool:
+    """The work rule for a job that is no record (a Slurm job read from squeue): the usage rule on its unit,
+    its owner (by username or a membership's Slurm username), and the members of its unit."""
+    from quotas.access import cost_readable_paths
+    from quotas.models import Membership
+
+    if not getattr(user, "is_authenticated", False):
+        return False
+    paths = cost_readable_paths(user)
+    if paths is None or (unit_path and any(unit_path == p or unit_path.startswith(f"{p}/") for p in paths)):
+        return True
+    mine = Membership.objects.filter(user=user)
+    if owner and (user.get_username() == owner or mine.filter(slurm_username=owner).exists()):
+        return True
+    return unit_id is not None and mine.filter(unit_id=unit_id).exists()

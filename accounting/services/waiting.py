@@ -14,15 +14,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Max
 from django.utils import timezone
 
 from accounting.models import SourceKind, SourceRun, WorkloadRecord
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
+from accounting.policy.slurm_waiting import FORMAT, QueuedJob, SlurmMaps, explain_slurm, parse_squeue, slurm_view
 from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
-from quotas.models import Cluster, ResourceFlavor
+from accounting.services.ingest import slurm_cluster_name
+from quotas.integrations.slurm import SlurmInventory
+from quotas.models import Cluster, OrgUnit, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.placement import matching_flavors
 from quotas.policy.quantity import Resource
@@ -161,3 +167,54 @@ def _problem(snapshot: OrgSnapshot, unit_id: int | None, way: WayOut) -> str:
     edit = replace(old, guarantee=way.change["guarantee"], burst=way.change["burst"])
     problems = check_quota_edits(snapshot, {key: edit})
     return "; ".join(f"{p.message} ({p.hint})" if p.hint else p.message for p in problems[:2])
+
+
+# --- Slurm: squeue, read at most every ALLOT_SLURM_QUEUE_SECONDS and shared through the cache ---------------
+@dataclass(frozen=True)
+class SlurmAnswer:
+    cluster: Cluster
+    job: QueuedJob
+    unit_path: str
+    explanation: Explanation
+    ways_out: tuple[tuple[WayOut, str], ...]
+    age_s: float | None
+
+
+def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tuple[list[QueuedJob], datetime]:
+    """The cluster's queue as ``squeue`` lists it (every state), read again only when the copy in the
+    shared cache is older than ALLOT_SLURM_QUEUE_SECONDS: every web and worker process reads the same one."""
+    key = f"allot:squeue:{cluster.pk}"
+    cached = cache.get(key)
+    now = timezone.now()
+    if cached is not None and (now - cached[1]).total_seconds() < settings.ALLOT_SLURM_QUEUE_SECONDS:
+        return parse_squeue(cached[0], ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), cached[1]
+    runner = runner or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
+    text = runner.queue(slurm_cluster_name(cluster), FORMAT)
+    cache.set(key, (text, now), timeout=max(60, 10 * settings.ALLOT_SLURM_QUEUE_SECONDS))
+    return parse_squeue(text, ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), now
+
+
+def slurm_maps(cluster: Cluster) -> SlurmMaps:
+    units: dict[str, int] = {}
+    paths: dict[int, str] = {}
+    for uid, slug, account, path in OrgUnit.objects.filter(archived_at__isnull=True).values_list(
+        "id", "slug", "slurm_account", "path"
+    ):
+        units.setdefault(account or slug, uid)
+        paths[uid] = path
+    flavors = {f.name: f.key for f in _flavors(cluster)}
+    default = next(iter(flavors.values()), "")
+    return SlurmMaps(cluster.name, units, paths, flavors, default, cluster.slurm_qos_prefix)
+
+
+def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory | None = None) -> SlurmAnswer | None:
+    jobs, at = slurm_queue(cluster, runner=runner)
+    job = next((j for j in jobs if j.job_id == job_id), None)
+    if job is None:
+        return None
+    maps, snapshot = slurm_maps(cluster), org_snapshot()
+    now = timezone.now()
+    explanation = explain_slurm(snapshot, slurm_view(jobs, maps, at), job, maps, now=now)
+    unit = maps.units.get(job.account)
+    checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
+    return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds())

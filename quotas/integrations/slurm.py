@@ -254,6 +254,11 @@ class SlurmInventory:
     def partitions(self, cluster: str) -> str:
         return self._run([self.scontrol, "-M", cluster, "show", "partition", "-o"])
 
+    def queue(self, cluster: str, fmt: str) -> str:
+        """Every job slurmctld holds, in ``fmt`` (``squeue -M <cluster> -h -o fmt``), without ``CLUSTER:`` lines."""
+        text = self._run([self.squeue, "-M", cluster, "-h", "-o", fmt])
+        return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))
+
     def pending(self, cluster: str) -> str:
         text = self._run([self.squeue, "-M", cluster, "-h", "-t", "PD", "-o", "%i|%b|%D"])
         return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))

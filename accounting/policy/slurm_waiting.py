@@ -1,0 +1,210 @@
+"""Why a Slurm job waits (issue #44): ``squeue``'s one reason (``QOSGrpGRES``, ``MaxGRESPerAccount``,
+``AssocGrpGRES``, ``Priority``, ``Resources``…) read against Allot's mapping of the tree onto Slurm — a unit's
+guarantee is QOS ``guar-<account>`` (its residual beyond its children), its burst QOS ``burst-<account>``
+(quotas/policy/slurm/translate.py) — and the live queue, in the same terms as a Kueue Workload's
+(accounting.policy.waiting): the scheduler's reason first, in Allot's words with the jobs named, then what
+the tree and the queue say, and the ways out (another QOS where it has room, a smaller request, waiting
+for named work). Pure: squeue's text and the org snapshot in, an ``Explanation`` out.
+
+Slurm shows "only the reason that was encountered" (its squeue man page); the ranks here follow it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, tzinfo
+
+from accounting.policy.kueue_ask import Ask
+from accounting.policy.waiting import Cause, Explanation, Holding, LiveView, Pending, WayOut, explain
+from quotas.policy.snapshot import OrgSnapshot
+
+FORMAT = "%i|%j|%u|%a|%q|%T|%r|%b|%D|%V"
+"""``squeue -h -o FORMAT``: id, name, user, account, QOS, state, reason, tres-per-node, nodes, submit time."""
+PER_NODE = re.compile(r"gres[:/]gpu(?::([A-Za-z][\w.-]*))?[:=](\d+)")
+WAITING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    name: str
+    user: str
+    account: str
+    qos: str
+    state: str
+    reason: str
+    gpu_type: str | None
+    per_node: int
+    nodes: int
+    submitted: datetime | None
+
+    @property
+    def devices(self) -> int:
+        return self.per_node * self.nodes
+
+
+def parse_squeue(text: str, zone: tzinfo = UTC) -> list[QueuedJob]:
+    """Lines of ``squeue -h -o FORMAT`` (``-M`` adds ``CLUSTER:`` lines, a header starts ``JobID``: both
+    skipped); the first 8 fields are enough (then one node, submit time unknown). Jobs without GPUs are kept
+    with 0 devices."""
+    found = []
+    for line in text.splitlines():
+        parts = [*line.strip().split("|"), "", ""]
+        if len(parts) < 10 or not parts[0][:1].isdigit():
+            continue
+        match = PER_NODE.search(parts[7])
+        nodes = max(1, int(parts[8])) if parts[8].isdigit() else 1
+        try:
+            submitted = datetime.fromisoformat(parts[9]) if parts[9] not in ("", "N/A", "Unknown") else None
+        except ValueError:
+            submitted = None
+        if submitted is not None and submitted.tzinfo is None:
+            submitted = submitted.replace(tzinfo=zone)  # squeue prints local time (ALLOT_SLURM_TIMEZONE)
+        found.append(
+            QueuedJob(
+                parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6],
+                match.group(1) if match else None, int(match.group(2)) if match else 0, nodes, submitted,
+            )
+        )  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class SlurmMaps:
+    cluster: str
+    units: Mapping[str, int]
+    """Account → unit id."""
+    paths: Mapping[int, str]
+    flavors: Mapping[str, str]
+    """GRES type → flavor key; an untyped request goes to ``default_flavor``."""
+    default_flavor: str
+    qos_prefix: str = ""
+
+    def flavor(self, job: QueuedJob) -> str:
+        return self.flavors.get(job.gpu_type or "", self.default_flavor) if job.gpu_type else self.default_flavor
+
+    def borrowing(self, job: QueuedJob) -> bool:
+        """A burst QOS: Allot's ``burst-<account>``, or a site's shared ``burst``."""
+        return job.qos == f"{self.qos_prefix}burst" or job.qos.startswith(f"{self.qos_prefix}burst-")
+
+
+def slurm_view(jobs: list[QueuedJob], maps: SlurmMaps, observed_at: datetime | None) -> LiveView:
+    holding, pending = [], []
+    for job in jobs:
+        unit = maps.units.get(job.account)
+        if job.state == "RUNNING" and job.devices:
+            borrowed = job.devices if maps.borrowing(job) else 0
+            holding.append(
+                Holding(
+                    f"job {job.job_id} ({job.name})",
+                    unit,
+                    maps.paths.get(unit or 0, ""),
+                    job.user,
+                    job.qos,
+                    maps.flavor(job),
+                    job.devices,
+                    borrowed,
+                )
+            )
+        elif job.state in WAITING:
+            pending.append(pending_of(job, maps))
+    return LiveView(
+        maps.cluster, observed_at, tuple(dict.fromkeys(maps.flavors.values())), tuple(holding), tuple(pending)
+    )
+
+
+def pending_of(job: QueuedJob, maps: SlurmMaps) -> Pending:
+    ask = Ask(pods=job.nodes, per_pod=job.per_node, devices=job.devices, job=f"job/{job.job_id}", reason=job.reason)
+    flavor = maps.flavor(job)
+    return Pending(
+        f"job {job.job_id} ({job.name})",
+        maps.units.get(job.account),
+        job.user,
+        job.qos,
+        job.qos,
+        job.submitted,
+        ask,
+        (flavor,) if job.gpu_type or flavor else None,
+    )
+
+
+def explain_slurm(
+    snapshot: OrgSnapshot, view: LiveView, job: QueuedJob, maps: SlurmMaps, *, now: datetime
+) -> Explanation:
+    target = pending_of(job, maps)
+    base = explain(snapshot, view, target, now=now)
+    flavor = maps.flavor(job)
+    mine = [h for h in view.holding if h.unit_id == target.unit_id and h.flavor == flavor]
+    in_qos = [h for h in mine if h.tier == job.qos]
+    account = job.account
+    burst = f"{maps.qos_prefix}burst-{account}"
+    room = base.room.get(flavor, {})
+    reason = job.reason
+    said: Cause | None = None
+    ways: list[WayOut] = []
+    if reason == "QOSGrpGRES" and not maps.borrowing(job):
+        said = Cause(
+            "guarantee-qos",
+            f"its guarantee QOS {job.qos} is full: {_named(in_qos)} hold it",
+            (f"Slurm: {reason} (the GrpTRES of {job.qos}: what {account} guarantees beyond its children)",),
+            88,
+        )
+        if room.get("room", 0) >= job.devices:
+            ways.append(
+                WayOut(
+                    "other-qos", f"submit it with --qos={burst}: it may borrow {room['room']} now", job.devices, flavor
+                )
+            )
+    elif reason in ("QOSGrpGRES", "MaxGRESPerAccount") and maps.borrowing(job):
+        said = Cause(
+            "borrowing-limit",
+            f"its burst QOS {job.qos} is at its cap: {_named(in_qos)} borrow it",
+            (f"Slurm: {reason}",),
+            88,
+        )
+    elif "Minutes" in reason and reason.startswith(("QOSGrp", "AssocGrp")):
+        said = Cause(
+            "budget",
+            f"the GPU-hour budget on {job.qos} is spent ({reason})",
+            ("until the period resets, or a budget raise",),
+            95,
+        )
+    elif reason.startswith(("AssocGrp", "AssocMax")):
+        said = Cause(
+            "association-limit", f"a limit on account {account} or above it: {reason}", (f"Slurm: {reason}",), 86
+        )
+    elif reason == "Resources":
+        others = [h for h in view.holding if h.flavor == flavor]
+        said = Cause(
+            "flavor-full", f"no free GPUs on {flavor} for it now: {_named(others)} hold them", (f"Slurm: {reason}",), 70
+        )
+    elif reason == "Priority":
+        ahead = [
+            p.name
+            for p in view.pending
+            if p.flavors == target.flavors
+            and p.created
+            and job.submitted
+            and p.created < job.submitted
+            and p.name != target.name
+        ]
+        said = Cause(
+            "queue",
+            f"jobs of higher priority come first: {len(ahead)} older ones wait for {flavor}",
+            (", ".join(ahead[:5]) or "sprio -l shows the ranking",),
+            60,
+        )
+    elif reason not in ("", "None"):
+        said = Cause("scheduler", f"Slurm holds it: {reason}", (), 50)
+    causes = [c for c in base.causes if c.code not in ("scheduling",) and (said is None or c.code != said.code)]
+    if said is not None:
+        causes.insert(0, said)
+    return replace(
+        base, causes=tuple(causes), ways_out=tuple(ways) + base.ways_out, scheduler_says=f"{job.state} ({reason})"
+    )
+
+
+def _named(items: list[Holding]) -> str:
+    shown = ", ".join(f"{h.name} ({h.devices} GPUs, {h.owner})" for h in items[:4])
+    return shown + (f" and {len(items) - 4} more" if len(items) > 4 else "") if shown else "no running job of its own"
