@@ -5,6 +5,7 @@ from rest_framework.routers import BaseRouter
 
 from accounting.api.budgets import budget_delete_view, budgets_view
 from accounting.api.findings import FindingViewSet
+from accounting.api.mcp import mcp_view
 from accounting.api.plans import backtest_view, plan_accept_view, plan_view
 from accounting.api.pools import pools_view
 from accounting.api.reclaims import reclaim_slo_view
@@ -33,6 +34,7 @@ urlpatterns = [
     path("budgets/<int:pk>/", budget_delete_view, name="budget-delete"),
     path("pools/", pools_view, name="pools"),
     path("reclaim-slo/", reclaim_slo_view, name="reclaim-slo"),
+    path("mcp/", mcp_view, name="mcp"),
     path("waiting/", waiting_list, name="waiting"),
     path("waiting/<str:cluster>/<str:job>/", waiting_slurm_job, name="waiting-slurm-job"),
     path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting_workload, name="waiting-workload"),
