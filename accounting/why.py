@@ -63,6 +63,17 @@ def render(data: dict[str, Any]) -> str:
         for way in ways:
             blocked = f" (not as it is: {way['blocked_by']})" if way.get("blocked_by") else ""
             lines.append(f"  - {way['text']}{blocked}")
+    estimate, calibration = data.get("estimate"), data.get("calibration") or {}
+    if estimate:
+        share = calibration.get("share_inside")
+        held = (
+            f"; such bands held for {share:.0%} of the last {calibration.get('jobs')} jobs" if share is not None else ""
+        )
+        lines.append(
+            f"When: between {estimate['start_after']} and {estimate['start_by']} ({data['estimate_note']}{held})"
+        )
+    else:
+        lines.append(f"When: {data.get('estimate_note') or 'no estimate'}")
     if data.get("scheduler_says"):
         lines.append(f"The scheduler says: {data['scheduler_says']}")
     return "\n".join(lines)

@@ -4,8 +4,10 @@ work, oldest first). The reader's rule: accounting.selectors.visibility.work_rul
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -16,9 +18,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounting.models import WorkloadRecord
+from accounting.policy.estimate import HIGH, LOW, MIN_BASIS, Band, Calibration
 from accounting.policy.waiting import Explanation, WayOut
 from accounting.selectors.visibility import may_read_job, work_rule
 from accounting.services.waiting import (
+    HISTORY_DAYS,
     Answer,
     SlurmAnswer,
     explain_record,
@@ -65,8 +69,36 @@ ANSWER_FIELDS: dict[str, Any] = {
     "room": serializers.DictField(help_text="Per flavor: guarantee, ceiling, held, free, room"),
     "observed_at": serializers.DateTimeField(allow_null=True, help_text="When the live view was last refreshed"),
     "age_seconds": serializers.FloatField(allow_null=True),
+    "estimate": serializers.DictField(
+        allow_null=True, help_text="start_after and start_by (a band, never one time), basis, scope (unit or flavor)"
+    ),
+    "estimate_note": serializers.CharField(),
+    "calibration": serializers.DictField(
+        allow_null=True, help_text="Of the last 30 days' jobs given a band at submission, the share that started in it"
+    ),
 }
 ANSWER = inline_serializer("WaitingAnswer", fields=ANSWER_FIELDS)
+
+
+def _when(band: Band | None, calibration: Calibration | None) -> dict[str, Any]:
+    now = timezone.now()
+    cal = None
+    if calibration is not None:
+        cal = {"jobs": calibration.jobs, "share_inside": calibration.share_inside, "days": HISTORY_DAYS}
+    if band is None:
+        return {
+            "estimate": None,
+            "estimate_note": f"fewer than {MIN_BASIS} comparable past jobs: no band",
+            "calibration": cal,
+        }
+    return {
+        "estimate": {
+            "start_after": now + timedelta(seconds=band.after_s), "start_by": now + timedelta(seconds=band.by_s),
+            "basis": band.basis, "scope": band.scope,
+        },
+        "estimate_note": f"{round(100 * LOW)}th to {round(100 * HIGH)}th percentile of {band.basis} comparable waits",
+        "calibration": cal,
+    }  # fmt: skip
 
 
 def _explained(found: Explanation, ways: tuple[tuple[WayOut, str], ...], age_s: float | None) -> dict[str, Any]:
@@ -104,6 +136,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "state": record.state,
         "waiting_since": record.submitted_at,
         **_explained(answer.explanation, answer.ways_out, answer.age_s),
+        **_when(answer.estimate, answer.calibration),
     }
 
 
@@ -117,6 +150,7 @@ def slurm_answer_json(answer: SlurmAnswer) -> dict[str, Any]:
         "state": job.state.lower(),
         "waiting_since": job.submitted,
         **_explained(answer.explanation, answer.ways_out, answer.age_s),
+        **_when(answer.estimate, answer.calibration),
     }
 
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from accounting.models import SourceKind, SourceRun, WorkloadRecord
+from accounting.policy.estimate import Band, Calibration, PastJob, calibrate, wait_band
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
 from accounting.policy.slurm_waiting import FORMAT, QueuedJob, SlurmMaps, explain_slurm, parse_squeue, slurm_view
@@ -50,6 +51,16 @@ class Answer:
     """Each way out with why it cannot be taken as it is ('' when it can)."""
     age_s: float | None
     """Seconds since the live view was last refreshed from the scheduler; None: never."""
+    estimate: Band | None = None
+    calibration: Calibration | None = None
+
+    @property
+    def start_after(self) -> datetime | None:
+        return timezone.now() + timedelta(seconds=self.estimate.after_s) if self.estimate else None
+
+    @property
+    def start_by(self) -> datetime | None:
+        return timezone.now() + timedelta(seconds=self.estimate.by_s) if self.estimate else None
 
 
 def _flavors(cluster: Cluster) -> list[ResourceFlavor]:
@@ -137,7 +148,11 @@ def explain_record(
     explanation = explain(snapshot, view, target, now=now)
     checked = tuple((w, _problem(snapshot, record.unit_id, w)) for w in explanation.ways_out)
     age = (now - view.observed_at).total_seconds() if view.observed_at else None
-    return Answer(record, explanation, checked, age)
+    waited = (now - record.submitted_at).total_seconds() if record.submitted_at else 0.0
+    band = (
+        estimate(record.cluster, record.unit_id, _one(explanation), waited) if record.state in WAITING_STATES else None
+    )
+    return Answer(record, explanation, checked, age, band, calibration(record.cluster))
 
 
 def unit_waiting(unit_ids: Iterable[int], *, limit: int = 50) -> list[Answer]:
@@ -178,6 +193,8 @@ class SlurmAnswer:
     explanation: Explanation
     ways_out: tuple[tuple[WayOut, str], ...]
     age_s: float | None
+    estimate: Band | None = None
+    calibration: Calibration | None = None
 
 
 def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tuple[list[QueuedJob], datetime]:
@@ -217,4 +234,47 @@ def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory |
     explanation = explain_slurm(snapshot, slurm_view(jobs, maps, at), job, maps, now=now)
     unit = maps.units.get(job.account)
     checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
-    return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds())
+    waited = (now - job.submitted).total_seconds() if job.submitted else 0.0
+    band = estimate(cluster, unit, maps.flavor(job), waited)
+    return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds(),
+                       band, calibration(cluster))  # fmt: skip
+
+
+# --- when: a band from the cluster's recorded waits, and its calibration (accounting.policy.estimate) -------
+HISTORY_DAYS = 30
+CALIBRATION_SECONDS = 3600
+
+
+def _one(found: Explanation) -> str:
+    """The flavor the estimate is for: the only one it may use, else '' (the cluster's jobs on any)."""
+    return next(iter(found.room)) if len(found.room) == 1 else ""
+
+
+def past_jobs(cluster: Cluster, *, days: int = HISTORY_DAYS) -> list[PastJob]:
+    """The cluster's recorded jobs submitted in the last ``days`` that started: one query."""
+    since = timezone.now() - timedelta(days=days)
+    keys = {f.name: f.key for f in _flavors(cluster)}
+    rows = WorkloadRecord.objects.filter(
+        cluster=cluster, submitted_at__gte=since, admitted_at__isnull=False, admitted_at__gte=F("submitted_at")
+    ).values_list("unit_id", "flavor_name", "submitted_at", "admitted_at")
+    return [
+        PastJob(unit, keys.get(flavor, flavor), submitted, started)
+        for unit, flavor, submitted, started in rows
+        if submitted is not None and started is not None
+    ]
+
+
+def estimate(cluster: Cluster, unit: int | None, flavor: str, waited_s: float) -> Band | None:
+    jobs = past_jobs(cluster)
+    on = [j for j in jobs if not flavor or j.flavor == flavor]
+    return wait_band([j.wait_s for j in on if j.unit == unit], [j.wait_s for j in on], waited_s)
+
+
+def calibration(cluster: Cluster) -> Calibration:
+    """The cluster's bands replayed over its last 30 days, kept an hour in the shared cache."""
+    key = f"allot:wait-calibration:{cluster.pk}"
+    found = cache.get(key)
+    if found is None:
+        found = calibrate(past_jobs(cluster), window_s=14 * 86400)
+        cache.set(key, found, timeout=CALIBRATION_SECONDS)
+    return cast(Calibration, found)

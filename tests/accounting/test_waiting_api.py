@@ -3,7 +3,7 @@ reader's rule (its owner, its unit's members and leads; everyone signed in under
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -112,3 +112,34 @@ def test_the_unit_page_shows_waiting_now_and_links_each_to_its_explanation(demo,
     client.force_login(User.objects.get(username="lead-nlp"))
     assert client.get(link).status_code == 404
     assert "speech/job-second-2" not in client.get(f"/units/{unit.pk}/").content.decode()
+
+
+def test_the_answer_carries_a_band_from_past_waits_and_its_calibration(demo, admin_client):
+    """Twelve of speech's past jobs waited 2 … 24 min: the band is their 10th to 90th percentile less the 2 min it
+    has waited, with the share of past jobs that started inside the band they would have had."""
+    from django.core.cache import cache
+
+    unit, flavor = records(demo)
+    now = timezone.now()
+    for i in range(12):
+        submitted = now - timedelta(days=2, hours=i)
+        WorkloadRecord.objects.create(
+            cluster=demo, unit=unit, account="speech", scheduler_id=f"past-{i}", job_id=f"speech/past-{i}",
+            flavor=flavor, flavor_name=flavor.name, devices=1, state="finished", submitted_at=submitted,
+            admitted_at=submitted + timedelta(minutes=2 * (i + 1)),
+        )  # fmt: skip
+    cache.clear()
+    body = admin_client.get("/api/v1/waiting/k8s-west/speech/job/second/").json()
+    estimate = body["estimate"]
+    assert estimate["scope"] == "unit" and estimate["basis"] == 11  # the 11 that waited at least its 2 min
+    after = datetime.fromisoformat(estimate["start_after"].replace("Z", "+00:00")) - now
+    by = datetime.fromisoformat(estimate["start_by"].replace("Z", "+00:00")) - now
+    # of the 4 … 24 min waits: the 2nd (6 min) and the 10th (22 min), each less the 2 min it waited
+    assert timedelta(minutes=3) < after < timedelta(minutes=5) and timedelta(minutes=19) < by < timedelta(minutes=21)
+    # 13 started jobs (the 12 and first): the first 10 had too few predecessors for a band
+    assert body["calibration"]["jobs"] == 13 - 10 and 0 <= body["calibration"]["share_inside"] <= 1
+    assert "percentile of 11 comparable waits" in body["estimate_note"]
+    WorkloadRecord.objects.filter(scheduler_id__startswith="past-").delete()
+    cache.clear()
+    none = admin_client.get("/api/v1/waiting/k8s-west/speech/job/second/").json()
+    assert none["estimate"] is None and "fewer than 10" in none["estimate_note"]
