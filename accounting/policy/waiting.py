@@ -67,6 +67,8 @@ class LiveView:
     """The cluster's flavor keys in the order the scheduler tries them."""
     holding: tuple[Holding, ...] = ()
     pending: tuple[Pending, ...] = ()
+    blocks: Mapping[str, int] = field(default_factory=dict)
+    """Flavor key → the most free devices on one node, from the last node sample (fragmentation), if recent."""
 
     @cached_property
     def held_by(self) -> Mapping[tuple[int | None, str], int]:
@@ -229,7 +231,17 @@ def explain(snapshot: OrgSnapshot, view: LiveView, target: Pending, *, now: date
             )
         )
     fits = [f for f in usable if f.room >= need]
+    for f in list(fits):  # room in quota, but is there a node with room for one of its pods?
+        block = view.blocks.get(f.key)
+        if block is not None and per_pod > block:
+            fits.remove(f)
+            causes.append(Cause("fragmentation", f"{f.key} has {f.free} devices free, but no node has {per_pod} free "
+                                f"for one of its pods: the largest free block is {block}", (), 65))  # fmt: skip
+            if block:
+                ways.append(WayOut("smaller", f"split it into pods of at most {block} devices each", need, f.key))
     for f in usable if not fits else ():
+        if f.room >= need:
+            continue  # room in quota: what keeps it off is said above (fragmentation)
         mine = [h for h in view.holding if h.flavor == f.key and h.unit_id in own]
         lent = [h for h in view.holding if h.flavor == f.key and h.borrowed and h.unit_id not in own]
         if f.held + need <= f.guarantee and f.free < need:

@@ -21,7 +21,7 @@ from django.core.cache import cache
 from django.db.models import F, Max
 from django.utils import timezone
 
-from accounting.models import SourceKind, SourceRun, WorkloadRecord
+from accounting.models import FragmentationSample, SourceKind, SourceRun, WorkloadRecord
 from accounting.policy.estimate import Band, Calibration, PastJob, calibrate, wait_band
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
@@ -98,7 +98,24 @@ def live_view(cluster: Cluster, *, units: Iterable[int] | None = None) -> LiveVi
             "job_id", "unit_id", "owner", "tier", "resources", "submitted_at", "track"
         )
     )
-    return LiveView(cluster.name, observed_at(cluster), tuple(f.key for f in flavors), holding, pending)
+    return LiveView(
+        cluster.name, observed_at(cluster), tuple(f.key for f in flavors), holding, pending, blocks(flavors)
+    )
+
+
+def blocks(flavors: list[ResourceFlavor]) -> dict[str, int]:
+    """Each flavor's largest free block on one node, from its last node sample of the past two hours (the
+    hourly fragmentation sample): one query."""
+    keys = {f.pk: f.key for f in flavors}
+    since = timezone.now() - timedelta(hours=2)
+    found: dict[str, int] = {}
+    for flavor, largest in (
+        FragmentationSample.objects.filter(flavor_id__in=keys, at__gte=since)
+        .order_by("at")
+        .values_list("flavor_id", "largest_block")
+    ):
+        found[keys[flavor]] = largest  # the latest wins
+    return found
 
 
 def _pending(
@@ -231,7 +248,8 @@ def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory |
         return None
     maps, snapshot = slurm_maps(cluster), org_snapshot()
     now = timezone.now()
-    explanation = explain_slurm(snapshot, slurm_view(jobs, maps, at), job, maps, now=now)
+    view = replace(slurm_view(jobs, maps, at), blocks=blocks(_flavors(cluster)))
+    explanation = explain_slurm(snapshot, view, job, maps, now=now)
     unit = maps.units.get(job.account)
     checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
     waited = (now - job.submitted).total_seconds() if job.submitted else 0.0

@@ -143,3 +143,18 @@ def test_the_ask_is_read_from_a_waiting_workload_as_kueue_stores_it():
     assert (ask.pods, ask.per_pod, ask.devices, ask.job) == (2, 4, 8, "Job/train")
     assert ask.placement == {"nodeSelector": {"gpu": "a100"}} and ask.checks == ("prov",)
     assert (ask.reason, ask.message, ask.since) == ("Pending", "m", NOW)
+
+
+def test_room_in_quota_but_no_node_with_room_for_a_pod_is_fragmentation():
+    snapshot, owner, _ = tree()
+    gang = waiting(owner, 4, flavors=("c/a100",), per_pod=4)
+    base = view()
+    fragmented = LiveView(base.cluster, base.observed_at, base.flavors, blocks={"c/a100": 2})
+    found = explain(snapshot, fragmented, gang, now=NOW)
+    assert found.top is not None and found.top.code == "fragmentation"
+    assert "no node has 4 free for one of its pods: the largest free block is 2" in found.top.title
+    assert {w.kind: w.text for w in found.ways_out}["smaller"] == "split it into pods of at most 2 devices each"
+    assert "scheduling" not in [c.code for c in found.causes]
+    roomy = LiveView(base.cluster, base.observed_at, base.flavors, blocks={"c/a100": 8})
+    fits = explain(snapshot, roomy, gang, now=NOW).top
+    assert fits is not None and fits.code == "scheduling"  # a node has room: it simply fits
