@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import F, Max
+from django.db.models import DurationField, ExpressionWrapper, F, Max
 from django.utils import timezone
 
 from accounting.models import FragmentationSample, SourceKind, SourceRun, WorkloadRecord
@@ -282,10 +282,27 @@ def past_jobs(cluster: Cluster, *, days: int = HISTORY_DAYS) -> list[PastJob]:
     ]
 
 
+COMPARABLE = 2000
+"""At most this many of the most recent comparable waits per scope: a bounded read however busy the cluster."""
+
+
 def estimate(cluster: Cluster, unit: int | None, flavor: str, waited_s: float) -> Band | None:
-    jobs = past_jobs(cluster)
-    on = [j for j in jobs if not flavor or j.flavor == flavor]
-    return wait_band([j.wait_s for j in on if j.unit == unit], [j.wait_s for j in on], waited_s)
+    """The band from the cluster's recorded waits of the last 30 days that lasted at least ``waited_s``, on
+    ``flavor`` (a key; '' any): its unit's, else everyone's — the most recent COMPARABLE of each, two queries."""
+    wait = ExpressionWrapper(F("admitted_at") - F("submitted_at"), output_field=DurationField())
+    rows = (
+        WorkloadRecord.objects.filter(
+            cluster=cluster, submitted_at__gte=timezone.now() - timedelta(days=HISTORY_DAYS), admitted_at__isnull=False
+        )
+        .annotate(wait=wait)
+        .filter(wait__gte=timedelta(seconds=waited_s))
+        .order_by("-submitted_at")
+    )
+    if flavor:
+        rows = rows.filter(flavor_name=flavor.split("/", 1)[-1])
+    everyone = [w.total_seconds() for w in rows.values_list("wait", flat=True)[:COMPARABLE]]
+    own = [w.total_seconds() for w in rows.filter(unit_id=unit).values_list("wait", flat=True)[:COMPARABLE]]
+    return wait_band(own, everyone, waited_s)
 
 
 def calibration(cluster: Cluster) -> Calibration:
