@@ -10,11 +10,15 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
 
 from accounting.models import WorkloadRecord
+from accounting.policy.waiting import WayOut
 from accounting.selectors.visibility import work_rule
 from accounting.services.waiting import Answer, explain_record, find_waiting, unit_waiting
-from quotas.models import Cluster, OrgUnit
+from quotas.access import may_request
+from quotas.models import Cluster, OrgUnit, ResourceFlavor
 from quotas.portal.panels import register_unit_panel
 from quotas.selectors import subtree
 
@@ -42,7 +46,28 @@ def waiting_page(request: HttpRequest, cluster: str, namespace: str, name: str) 
     rule = work_rule(request.user)
     if record is None or (rule is not None and not WorkloadRecord.objects.filter(rule, pk=record.pk).exists()):
         raise Http404("no such workload that you may read")
-    return render(request, "accounting/waiting.html", {"a": explain_record(record)})
+    answer = explain_record(record)
+    return render(request, "accounting/waiting.html", {"a": answer, "ways": _ways(request, answer)})
+
+
+def _ways(request: HttpRequest, answer: Answer) -> list[tuple[WayOut, str, str]]:
+    """Each way out with why it cannot be taken as it is and, for a quota change the tree accepts and the
+    reader may edit or request, the quota form filled in with it (its check and cluster preview shown)."""
+    unit = OrgUnit.objects.filter(pk=answer.record.unit_id).first() if answer.record.unit_id else None
+    keys = {w.flavor for w, _ in answer.ways_out if w.kind == "quota-change" and w.change}
+    on_cluster = ResourceFlavor.objects.filter(cluster_id=answer.record.cluster_id).select_related("cluster")
+    flavors = {f.key: f.pk for f in on_cluster if f.key in keys} if keys else {}
+    ways = []
+    for way, problem in answer.ways_out:
+        link = ""
+        if way.change and not problem and unit and way.flavor in flavors and may_request(request.user, unit):
+            query = {
+                f"burst-{flavors[way.flavor]}-gpu": str(way.change["burst"]),
+                "reason": f"so that {answer.record.job_id} on {answer.record.cluster.name} can start",
+            }
+            link = f"{reverse('quotas:unit-edit', args=[unit.pk])}?{urlencode(query)}"
+        ways.append((way, problem, link))
+    return ways
 
 
 def promises_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:

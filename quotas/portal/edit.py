@@ -276,6 +276,23 @@ def quota_check(request: HttpRequest, unit_id: int) -> HttpResponse:
     )
 
 
+def _prefilled(request: HttpRequest, unit: OrgUnit, rows: list[Row]) -> dict[str, Any]:
+    """The form as linked from elsewhere (a waiting job's way out): fields named in the query string
+    (``burst-<flavor>-gpu=6``, ``reason=…``) filled in on the current versions, with their check and
+    preview shown at once, as if typed. Nothing is saved until the person saves; no query, the plain form."""
+    names = {row.field_name(name) for row in rows for name in FIELDS}
+    if not names & set(request.GET):
+        return _context(request, unit, rows)
+    data = {f"version-{row.prefix}": str(row.version) for row in rows}
+    data |= {name: str(request.GET[name]) for name in names & set(request.GET)}
+    changes = _read(unit, rows, data)
+    preview = quota_change_preview(changes) if changes and not any(r.errors for r in rows) else None
+    others = _mark(unit, rows, list(preview.violations)) if preview else []
+    offer = _offer(request, unit, changes) if preview and preview.violations else None
+    extra = {"changes": changes, "preview": preview, "violations": others, "offer": offer}
+    return {**_context(request, unit, rows, **extra), "reason": request.GET.get("reason", "")[:500]}
+
+
 def _offer(request: HttpRequest, unit: OrgUnit, changes: list[QuotaChange]) -> EnvelopeOffer | None:
     """Inside the reader's envelope, a change the envelope cannot hold: the change request it could be."""
     return envelope_offer(request.user, changes) if may_set_directly(request.user, unit) else None
@@ -286,7 +303,7 @@ def quota_edit(request: HttpRequest, unit_id: int) -> HttpResponse:
     unit = _editable(request, unit_id)
     rows = _rows(unit)
     if request.method != "POST":
-        return render(request, "quotas/unit_edit.html", _context(request, unit, rows))
+        return render(request, "quotas/unit_edit.html", _prefilled(request, unit, rows))
     changes = _read(unit, rows, request.POST)
     if any(r.errors for r in rows):
         context = _context(request, unit, rows, form_errors=version_errors(rows))

@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from accounting.models import WorkloadRecord
-from quotas.models import NamespaceBinding, Quota, ResourceFlavor
+from quotas.models import ChangeRequest, NamespaceBinding, Quota, ResourceFlavor
+from quotas.services.change_requests import change_request_approve
 
 pytestmark = pytest.mark.django_db
 
@@ -77,12 +78,14 @@ def test_kubectl_allot_why_asks_the_api_with_the_readers_token_and_prints_causes
     """The plugin as installed (``kubectl-allot`` on PATH), against a running server, as erin."""
     import shutil
     import subprocess
+    import sys
+    from pathlib import Path
 
     from rest_framework.authtoken.models import Token
 
     records(demo)
     token = Token.objects.create(user=User.objects.create_user("erin"))
-    plugin = shutil.which("kubectl-allot")
+    plugin = shutil.which("kubectl-allot", path=str(Path(sys.executable).parent))  # installed beside the interpreter
     assert plugin, "the package installs kubectl-allot"
     env = {"PATH": "/usr/bin:/bin", "ALLOT_URL": live_server.url, "ALLOT_TOKEN": token.key, "ALLOT_CLUSTER": "k8s-west"}
     done = subprocess.run([plugin, "why", "job/second", "-n", "speech"], capture_output=True, text=True, env=env)
@@ -112,6 +115,49 @@ def test_the_unit_page_shows_waiting_now_and_links_each_to_its_explanation(demo,
     client.force_login(User.objects.get(username="lead-nlp"))
     assert client.get(link).status_code == 404
     assert "speech/job-second-2" not in client.get(f"/units/{unit.pk}/").content.decode()
+
+
+def test_a_quota_change_way_out_opens_the_quota_form_filled_in_with_its_preview_and_saved_it_lets_the_job_start(
+    demo, client
+):
+    """speech is at its ceiling on a flavor with room: the page links its lead to the quota form with the burst
+    raised by what the job asks, checked and previewed as if typed (nothing saved); saved, the job would start.
+    A member who may not edit the unit's quotas sees the way out without the link."""
+    unit, flavor = records(demo)
+    quota = Quota.objects.get(unit=unit, flavor=flavor, resource="nvidia.com/gpu")
+    before = (quota.guarantee, quota.burst, quota.version)
+    page_url = "/waiting/k8s-west/speech/job-second-2/"
+    client.force_login(User.objects.get(username="lead-speech"))
+    page = client.get(page_url).content.decode()
+    ways = page[page.index('id="ways-out"') :]
+    link = ways[ways.index('class="quota-change" href="') + 27 :].split('"')[0].replace("&amp;", "&")
+    assert link.startswith(f"/units/{unit.pk}/quotas/?") and f"burst-{flavor.pk}-gpu={quota.burst + 1}" in link
+    form = client.get(link).content.decode()
+    assert 'id="preview"' in form and "What would change" in form
+    ceiling = quota.guarantee + quota.burst
+    assert f"speech may hold up to {ceiling + 1} {flavor.accelerator_model} GPUs when it borrows, was {ceiling}" in form
+    assert "so that speech/job-second-2 on k8s-west can start" in form  # the reason, filled in
+    mistyped = client.get(link.replace(f"gpu={quota.burst + 1}", "gpu=eleven")).content.decode()
+    assert 'value="eleven"' in mistyped and 'aria-invalid="true"' in mistyped and 'id="preview"' not in mistyped
+    quota.refresh_from_db()
+    assert (quota.guarantee, quota.burst, quota.version) == before  # a preview saves nothing
+    saved = client.post(
+        f"/units/{unit.pk}/quotas/",
+        {f"burst-{flavor.pk}-gpu": str(quota.burst + 1), f"version-{flavor.pk}-gpu": str(quota.version),
+         "reason": "so that speech/job-second-2 on k8s-west can start"},
+    )  # fmt: skip
+    assert saved.status_code == 302 and saved["Location"].startswith("/requests/"), saved.content.decode()[:2000]
+    sent = ChangeRequest.objects.get(pk=int(saved["Location"].strip("/").split("/")[-1]))  # a team lead requests
+    assert sent.reason == "so that speech/job-second-2 on k8s-west can start"
+    change_request_approve(actor=User.objects.get(username="head-research"), request=sent)
+    quota.refresh_from_db()
+    assert quota.burst == before[1] + 1
+    after = client.get("/api/v1/waiting/k8s-west/speech/job/second/").json()
+    assert after["room"][flavor.key]["room"] == 1 and all(c["code"] != "borrowing-limit" for c in after["causes"])
+    client.force_login(User.objects.create_user("erin"))  # speech's member by ownership, not its lead
+    WorkloadRecord.objects.filter(job_id="speech/job-first-1").update(devices=quota.guarantee + quota.burst)
+    seen = client.get(page_url).content.decode()
+    assert "raise acme/research/speech&#x27;s burst" in seen and 'class="quota-change"' not in seen
 
 
 def test_the_answer_carries_a_band_from_past_waits_and_its_calibration(demo, admin_client):
