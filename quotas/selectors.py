@@ -101,7 +101,7 @@ def budget_maps(
     for spend in (
         BudgetSpend.objects.filter(budget_id__in=list(ids))
         .order_by("budget_id", "-period_start")
-        .values("budget_id", "period_start", "allowance", "spent", "by_unit")
+        .values("budget_id", "period_start", "allowance", "spent", "by_unit", "exhausted_at")
     ):
         key = ids[spend["budget_id"]]
         if key not in spends:
@@ -110,6 +110,7 @@ def budget_maps(
                 spend["allowance"],
                 spend["spent"],
                 MappingProxyType({int(u): (v[0], v[1]) for u, v in spend["by_unit"].items()}),
+                spend["exhausted_at"],
             )
     return budgets, spends
 

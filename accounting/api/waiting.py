@@ -45,7 +45,9 @@ CAUSE = inline_serializer(
 WAY = inline_serializer(
     "WaitingWayOut",
     fields={
-        "kind": serializers.CharField(help_text="smaller, other-flavor, quota-change, wait-reclaim, wait-finish"),
+        "kind": serializers.CharField(
+            help_text="smaller, other-flavor, quota-change, budget, wait-reclaim, wait-finish"
+        ),
         "text": serializers.CharField(),
         "devices": serializers.IntegerField(allow_null=True),
         "flavor": serializers.CharField(allow_null=True),

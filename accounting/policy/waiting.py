@@ -13,13 +13,14 @@ burst, and each ancestor's ceiling bounds its subtree, as the compiled cohorts d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 
 from accounting.policy.kueue_ask import Ask
-from quotas.policy.budgets import BudgetAction
+from quotas.policy.budgets import BudgetAction, period_bounds
 from quotas.policy.quantity import Resource
 from quotas.policy.snapshot import OrgSnapshot
 
@@ -208,7 +209,9 @@ def explain(snapshot: OrgSnapshot, view: LiveView, target: Pending, *, now: date
     contract = snapshot.effective_contract(uid)
     own = _subtree(snapshot, uid)
 
-    causes += _budget_causes(snapshot, uid, target, candidates, flavors)
+    held, raises = _budget_causes(snapshot, uid, target, candidates, flavors)
+    causes += held
+    ways += raises
     if ask.checks:
         causes.append(Cause("admission-check", f"admission checks still pending: {', '.join(ask.checks)}", (), 90))
     if target.flavors == ():
@@ -352,8 +355,10 @@ def explain(snapshot: OrgSnapshot, view: LiveView, target: Pending, *, now: date
 
 def _budget_causes(
     snapshot: OrgSnapshot, uid: int, target: Pending, candidates: Sequence[str], flavors: Mapping[str, _Flavor]
-) -> list[Cause]:
-    found = []
+) -> tuple[list[Cause], list[WayOut]]:
+    """Each spent budget of the unit or above it that applies to the job's tier, and for one that holds it the
+    raise that would release it (whoever may set that budget: the owner of the unit above)."""
+    found, ways = [], []
     for key in candidates:
         for owner in [uid, *snapshot.ancestors(uid)]:
             budget = snapshot.budgets.get((owner, key))
@@ -364,12 +369,25 @@ def _budget_causes(
                 continue
             spent = f"{snapshot.path(owner)} spent {spend.spent:.0f} of {spend.allowance:.0f} device-hours on {key}"
             if budget.action in STOPPING:
+                since = f", since {spend.exhausted_at:%Y-%m-%d %H:%M} UTC" if spend.exhausted_at else ""
+                resets = period_bounds(budget.period, spend.period_start)[1]
                 found.append(
                     Cause(
                         "budget",
-                        f"held: {spent} ({budget.action.value})",
-                        ("until the period resets, or a budget raise",),
+                        f"held: {spent} ({budget.action.value}{since})",
+                        (f"until the period resets on {resets:%Y-%m-%d} UTC, or a budget raise",),
                         95,
+                    )
+                )
+                above = math.floor(spend.spent) + 1
+                ways.append(
+                    WayOut(
+                        "budget",
+                        f"a raise of {snapshot.path(owner)}'s {budget.period.value} budget on {key} to more than its "
+                        f"{spend.spent:.0f} device-hours spent (at least {above}, and as many more as its work will "
+                        f"run), or wait for {resets:%Y-%m-%d} UTC",
+                        None,
+                        key,
                     )
                 )
             elif (
@@ -379,7 +397,7 @@ def _budget_causes(
                 found.append(
                     Cause("budget", f"may not borrow: {spent}", ("it may still run inside its guarantee",), 65)
                 )
-    return found
+    return found, ways
 
 
 def _ahead(snapshot: OrgSnapshot, view: LiveView, target: Pending) -> list[Pending]:

@@ -94,6 +94,8 @@ class BudgetSpend:
     """Per unit of the subtree: (inside-guarantee, borrowed × factor) device-hours since Slurm's
     usage of its QOS was last reset — what Slurm's ``NoDecay`` QOS counted (see
     :func:`.budget_effects.slurm_minutes`)."""
+    exhausted_at: datetime | None = None
+    """When the evaluation found it spent (audited ``budget_exhausted``); None while it is not."""
 
     @property
     def exhausted(self) -> bool:

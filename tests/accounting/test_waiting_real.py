@@ -186,3 +186,79 @@ def test_a_lender_waiting_for_its_guarantee_is_explained_and_the_reclaim_timed_b
     finally:
         for n in ns.values():
             delete_jobs(kube_plane, n)
+
+
+def test_a_job_held_by_a_spent_budget_is_explained_and_a_raise_makes_it_run(kube_plane, demo):
+    """A ``hold`` budget covering every tier, spent: the sync stops the unit's LocalQueue (``stopPolicy: Hold``),
+    the real Kueue admits nothing new from it, the explanation names the budget and its way out, and the budget
+    raised (evaluated, synced) lets the job run."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from accounting.models import UsageHour
+    from accounting.services.budgets import budgets_evaluate
+    from admission.selectors import admission_policy
+    from quotas import services
+    from quotas.models import ResourceFlavor, WorkloadTier
+
+    demo_on_the_plane(kube_plane, demo)
+    policy = admission_policy(Cluster.objects.get(pk=demo.pk))
+    labels = {f.name: dict(f.node_labels) for f in policy.flavors}
+    ns = "speech"
+    rule = policy.namespaces[ns]
+    _, name = max((c, f) for f, c in rule.ceilings.items() if c)
+    flavor = ResourceFlavor.objects.get(cluster=demo, name=name)
+    unit = NamespaceBinding.objects.get(cluster=demo, namespace=ns).unit
+    admin = get_user_model().objects.get(username="admin")
+    tiers = sorted(WorkloadTier.objects.values_list("name", flat=True))
+    budget = services.budget_set(
+        actor=admin, reason="speech's monthly hours",
+        change=services.BudgetChange(unit.pk, flavor.pk, device_hours=10, action="hold", tiers=tiers),
+    )  # fmt: skip
+    now = timezone.now()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    for back in range(1, 4):  # 12 device-hours of the 10, inside this month
+        at = max(hour - timedelta(hours=back), now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+        UsageHour.objects.update_or_create(
+            unit=unit, flavor=flavor, hour=at, defaults={"minutes": 60, "allocated": 4, "within": 4, "borrowed": 0}
+        )
+    assert budgets_evaluate(now=now)["exhausted"] == 1
+    run = cluster_sync(actor=None, reason="t", cluster=demo)
+    assert run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), run.message
+    assert f"held: budget spent — {unit.path} on {demo.name}/{name}" in run.message, run.message
+    local = f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/{rule.queue}"
+    assert kube_plane.get(local)["spec"].get("stopPolicy") == "Hold"
+    active(kube_plane, [rule.queue])
+    try:
+        kube_plane.apply_manifest(gpu_job("held", ns, rule.queue, 1, node_selector=labels[name]))
+        wait_for("Kueue's Workload for held", lambda: workloads(kube_plane, ns).get("held"))
+        import time
+
+        time.sleep(3)  # several scheduling passes: a stopped LocalQueue admits nothing
+        assert not admitted(workloads(kube_plane, ns)["held"])
+        usage_resync_kueue(cluster=demo)
+        record = find_waiting(demo, ns, "job/held")
+        assert record is not None and record.state == "pending"
+        found = explain_record(record).explanation
+        top = found.top
+        assert top is not None and top.code == "budget", found.causes
+        spent = f"held: {unit.path} spent 12 of 10 device-hours on {demo.name}/{name} (hold, since "
+        assert top.title.startswith(spent), top
+        month = now.replace(day=28) + timedelta(days=4)
+        resets = f"{month.year}-{month.month:02d}-01"
+        assert top.evidence == (f"until the period resets on {resets} UTC, or a budget raise",), top
+        assert any(w.kind == "budget" for w in found.ways_out), found.ways_out
+        # the way out, taken: the budget raised, evaluated and synced; the queue runs again
+        services.budget_set(
+            actor=admin, reason="speech needs the hours",
+            change=services.BudgetChange(unit.pk, flavor.pk, device_hours=1000, expected_version=budget.version),
+        )  # fmt: skip
+        assert budgets_evaluate(now=timezone.now())["released"] == 1
+        again = cluster_sync(actor=None, reason="t", cluster=demo)
+        assert again.status == SyncStatus.APPLIED, again.message
+        assert kube_plane.get(local)["spec"].get("stopPolicy") in (None, "None")
+        wait_for("held runs once the budget is raised", lambda: admitted(workloads(kube_plane, ns).get("held")), 60)
+    finally:
+        delete_jobs(kube_plane, ns)

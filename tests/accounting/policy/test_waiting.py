@@ -118,7 +118,14 @@ def test_a_spent_hold_budget_comes_first_and_a_namespace_without_a_unit_is_said(
     )
     found = explain(held, view(), waiting(owner, 2, flavors=("c/a100",)), now=NOW)
     assert found.top is not None and found.top.code == "budget"
-    assert "org/owner spent 120 of 100 device-hours on c/a100" in found.top.title
+    assert found.top.title == "held: org/owner spent 120 of 100 device-hours on c/a100 (hold)"
+    resets = f"{NOW.year + NOW.month // 12}-{NOW.month % 12 + 1:02d}-01"
+    assert found.top.evidence == (f"until the period resets on {resets} UTC, or a budget raise",)
+    raise_it = next(w for w in found.ways_out if w.kind == "budget")
+    assert raise_it.flavor == "c/a100" and "to more than its 120 device-hours spent (at least 121" in raise_it.text
+    since = replace(held, budget_spend=MappingProxyType({(owner, "c/a100"): replace(spend, exhausted_at=NOW)}))
+    dated = explain(since, view(), waiting(owner, 2, flavors=("c/a100",)), now=NOW).top
+    assert dated is not None and dated.title.endswith(f"(hold, since {NOW:%Y-%m-%d %H:%M} UTC)")
     nobody = explain(snapshot, view(), waiting(None, 2), now=NOW)
     assert [c.code for c in nobody.causes] == ["no-unit"]
 
