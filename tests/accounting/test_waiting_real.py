@@ -70,8 +70,6 @@ def lending_org(plane, admin, name: str, reclaim: str):
     from quotas import services
     from quotas.models import ClusterKind
     from quotas.policy import Resource
-    from tests.kube_work import namespace
-    from tests.quotas.test_kube_real import shipped_rbac
 
     why = "reclaim test"
     cluster = services.cluster_set(
@@ -97,13 +95,22 @@ def lending_org(plane, admin, name: str, reclaim: str):
         changes=[services.QuotaChange(units["owner"].pk, flavor.pk, gpu, 4, 0, 4),
                  services.QuotaChange(units["borrower"].pk, flavor.pk, gpu, 4, 4, 4)],
     )  # fmt: skip
+    bind_and_sync(plane, admin, cluster, units, name)
+    return cluster, flavor
+
+
+def bind_and_sync(plane, admin, cluster, units, prefix: str) -> None:
+    """Each team's namespace ``<prefix>-<team>`` made on the plane and bound, and the cluster synced."""
+    from quotas import services
+    from tests.kube_work import namespace
+    from tests.quotas.test_kube_real import shipped_rbac
+
     shipped_rbac(plane)
     for team, unit in units.items():
-        namespace(plane, f"{name}-{team}")
-        services.namespace_bind(actor=admin, reason=why, unit=unit, cluster=cluster, namespace=f"{name}-{team}")
-    run = cluster_sync(actor=None, reason=why, cluster=cluster)
+        namespace(plane, f"{prefix}-{team}")
+        services.namespace_bind(actor=admin, reason="t", unit=unit, cluster=cluster, namespace=f"{prefix}-{team}")
+    run = cluster_sync(actor=None, reason="t", cluster=cluster)
     assert run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), run.message
-    return cluster, flavor
 
 
 @pytest.mark.parametrize("reclaim", ["Any", "Never"])
@@ -262,3 +269,68 @@ def test_a_job_held_by_a_spent_budget_is_explained_and_a_raise_makes_it_run(kube
         wait_for("held runs once the budget is raised", lambda: admitted(workloads(kube_plane, ns).get("held")), 60)
     finally:
         delete_jobs(kube_plane, ns)
+
+
+def test_a_job_pinned_to_a_full_flavor_is_explained_and_moving_it_makes_it_run(kube_plane, admin_user):
+    """Two flavors of 4: ``other`` holds all of pin-a inside its guarantee; ``mine`` (burst 4 on pin-a, a guarantee
+    of 4 on pin-b) pins a job to pin-a. The real Kueue keeps it waiting; the explanation says pin-a is held by
+    other's named work and that pin-b has room, and the job pinned to pin-b instead runs."""
+    from quotas import services
+    from quotas.models import ClusterKind
+    from quotas.policy import Resource
+
+    why, gpu = "pin test", Resource.GPU
+    cluster = services.cluster_set(
+        actor=admin_user, reason=why, name="pin", kind=ClusterKind.KUBERNETES,
+        connection_ref=f"kubeconfig:{kube_plane.sync_kubeconfig}",
+    )  # fmt: skip
+    flavors = {}
+    for f in ("a", "b"):
+        flavors[f] = services.flavor_set(
+            actor=admin_user, reason=why, cluster=cluster, name=f"pin-{f}", accelerator_model="A100",
+            device_memory_gb=80, physical_devices=4, node_labels={"gpu": f"pin-{f}"},
+        )  # fmt: skip
+    root = services.org_unit_create(actor=admin_user, reason=why, parent=None, kind="organisation", slug="pin")
+    units = {t: services.org_unit_create(actor=admin_user, reason=why, parent=root, kind="team", slug=t)
+             for t in ("mine", "other")}  # fmt: skip
+    change = services.QuotaChange
+    services.quota_set_bulk(
+        actor=admin_user, reason=why, changes=[change(root.pk, f.pk, gpu, 4, 0, 4) for f in flavors.values()]
+    )
+    services.quota_set_bulk(
+        actor=admin_user, reason=why,
+        changes=[change(units["mine"].pk, flavors["a"].pk, gpu, 0, 4, 0),
+                 change(units["mine"].pk, flavors["b"].pk, gpu, 4, 0, 4),
+                 change(units["other"].pk, flavors["a"].pk, gpu, 4, 0, 0)],
+    )  # fmt: skip
+    bind_and_sync(kube_plane, admin_user, cluster, units, "pin")
+    from admission.selectors import admission_policy
+
+    policy = admission_policy(cluster)
+    queues = {t: policy.namespaces[f"pin-{t}"].queue for t in units}
+    active(kube_plane, list(queues.values()))
+    try:
+        kube_plane.apply_manifest(gpu_job("full", "pin-other", queues["other"], 4, node_selector={"gpu": "pin-a"}))
+        wait_for("other holds pin-a", lambda: admitted(workloads(kube_plane, "pin-other").get("full")))
+        kube_plane.apply_manifest(gpu_job("pinned", "pin-mine", queues["mine"], 2, node_selector={"gpu": "pin-a"}))
+        wait_for(
+            "Kueue's word on pinned",
+            lambda: (condition(workloads(kube_plane, "pin-mine").get("pinned"), "QuotaReserved") or {}).get("message"),
+        )
+        usage_resync_kueue(cluster=cluster)
+        record = find_waiting(cluster, "pin-mine", "job/pinned")
+        assert record is not None and record.state == "pending"
+        found = explain_record(record).explanation
+        codes = [c.code for c in found.causes]
+        assert codes[:2] == ["flavor-full", "pin"], found.causes
+        full = workloads(kube_plane, "pin-other")["full"]["metadata"]["name"]
+        assert f"pin-other/{full} (4 devices, pin/other)" in found.causes[0].evidence[0], found.causes
+        assert found.causes[1].title == "pinned to pin/pin-a, while pin/pin-b has room for it"
+        moves = [w for w in found.ways_out if w.kind == "other-flavor"]
+        assert [w.flavor for w in moves] == ["pin/pin-b"], found.ways_out
+        # the way out, taken: the same job pinned to pin-b runs
+        kube_plane.apply_manifest(gpu_job("moved", "pin-mine", queues["mine"], 2, node_selector={"gpu": "pin-b"}))
+        wait_for("the job moved to pin-b runs", lambda: admitted(workloads(kube_plane, "pin-mine").get("moved")))
+    finally:
+        for ns in ("pin-mine", "pin-other"):
+            delete_jobs(kube_plane, ns)
