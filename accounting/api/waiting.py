@@ -46,7 +46,8 @@ WAY = inline_serializer(
     "WaitingWayOut",
     fields={
         "kind": serializers.CharField(
-            help_text="smaller, other-flavor, quota-change, budget, wait-reclaim, wait-finish"
+            help_text="smaller, other-flavor, quota-change, budget, wait-reclaim, wait-finish; "
+            "Slurm: other-qos, wait-queue, ask"
         ),
         "text": serializers.CharField(),
         "devices": serializers.IntegerField(allow_null=True),

@@ -11,7 +11,7 @@ Slurm shows "only the reason that was encountered" (its squeue man page); the ra
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 
@@ -19,8 +19,9 @@ from accounting.policy.kueue_ask import Ask
 from accounting.policy.waiting import Cause, Explanation, Holding, LiveView, Pending, WayOut, explain
 from quotas.policy.snapshot import OrgSnapshot
 
-FORMAT = "%i|%j|%u|%a|%q|%T|%r|%b|%D|%V"
-"""``squeue -h -o FORMAT``: id, name, user, account, QOS, state, reason, tres-per-node, nodes, submit time."""
+FORMAT = "%i|%j|%u|%a|%q|%T|%r|%b|%D|%V|%Q"
+"""``squeue -h -o FORMAT``: id, name, user, account, QOS, state, reason, tres-per-node, nodes, submit time,
+priority (the multifactor priority ``sprio`` breaks down: the order the scheduler takes pending jobs in)."""
 PER_NODE = re.compile(r"gres[:/]gpu(?::([A-Za-z][\w.-]*))?[:=](\d+)")
 WAITING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 
@@ -38,6 +39,7 @@ class QueuedJob:
     per_node: int
     nodes: int
     submitted: datetime | None
+    priority: int | None = None
 
     @property
     def devices(self) -> int:
@@ -46,12 +48,12 @@ class QueuedJob:
 
 def parse_squeue(text: str, zone: tzinfo = UTC) -> list[QueuedJob]:
     """Lines of ``squeue -h -o FORMAT`` (``-M`` adds ``CLUSTER:`` lines, a header starts ``JobID``: both
-    skipped); the first 8 fields are enough (then one node, submit time unknown). Jobs without GPUs are kept
-    with 0 devices."""
+    skipped); the first 8 fields are enough (then one node, submit time and priority unknown). Jobs without
+    GPUs are kept with 0 devices."""
     found = []
     for line in text.splitlines():
-        parts = [*line.strip().split("|"), "", ""]
-        if len(parts) < 10 or not parts[0][:1].isdigit():
+        parts = [*line.strip().split("|"), "", "", ""]
+        if len(parts) < 11 or not parts[0][:1].isdigit():
             continue
         match = PER_NODE.search(parts[7])
         nodes = max(1, int(parts[8])) if parts[8].isdigit() else 1
@@ -65,6 +67,7 @@ def parse_squeue(text: str, zone: tzinfo = UTC) -> list[QueuedJob]:
             QueuedJob(
                 parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6],
                 match.group(1) if match else None, int(match.group(2)) if match else 0, nodes, submitted,
+                int(parts[10]) if parts[10].isdigit() else None,
             )
         )  # fmt: skip
     return found
@@ -130,13 +133,22 @@ def pending_of(job: QueuedJob, maps: SlurmMaps) -> Pending:
 
 
 def explain_slurm(
-    snapshot: OrgSnapshot, view: LiveView, job: QueuedJob, maps: SlurmMaps, *, now: datetime
+    snapshot: OrgSnapshot,
+    view: LiveView,
+    job: QueuedJob,
+    maps: SlurmMaps,
+    *,
+    now: datetime,
+    queue: Sequence[QueuedJob] = (),
 ) -> Explanation:
+    """``queue``: squeue's jobs (with their priorities), to name the ones ranked above a job pending for
+    ``Priority``."""
     target = pending_of(job, maps)
     base = explain(snapshot, view, target, now=now)
     flavor = maps.flavor(job)
     mine = [h for h in view.holding if h.unit_id == target.unit_id and h.flavor == flavor]
     in_qos = [h for h in mine if h.tier == job.qos]
+    reclaim = next((c for c in base.causes if c.code == "reclaim"), None)
     account = job.account
     burst = f"{maps.qos_prefix}burst-{account}"
     room = base.room.get(flavor, {})
@@ -172,7 +184,25 @@ def explain_slurm(
         )
     elif reason.startswith(("AssocGrp", "AssocMax")):
         said = Cause(
-            "association-limit", f"a limit on account {account} or above it: {reason}", (f"Slurm: {reason}",), 86
+            "association-limit",
+            f"a limit on account {account} or an account above it: {reason}",
+            (
+                f"Slurm: {reason}. Allot sets no GPU limit on accounts (its limits are the QOS guar-/burst-): "
+                "a limit set in Slurm outside Allot — "
+                f"sacctmgr show assoc where account={account} format=Account,User,GrpTRES,MaxTRES names it",
+                f"its running jobs on account {account}: {_named(mine)}",
+            ),
+            86,
+        )
+        if mine:
+            ways.append(WayOut("wait-finish", f"wait for its running jobs to finish: {_named(mine)}", job.devices))
+        ways.append(WayOut("ask", "ask the Slurm administrators to lift or remove the account's limit", None))
+    elif reason == "Resources" and reclaim is not None:  # inside its guarantee, lent: Slurm preempts for it
+        said = replace(
+            reclaim,
+            title=f"{reclaim.title}: Slurm preempts the borrowers' burst jobs once their grace time is over",
+            evidence=(*reclaim.evidence, f"Slurm: {reason}"),
+            rank=max(reclaim.rank, 70),
         )
     elif reason == "Resources":
         others = [h for h in view.holding if h.flavor == flavor]
@@ -180,21 +210,23 @@ def explain_slurm(
             "flavor-full", f"no free GPUs on {flavor} for it now: {_named(others)} hold them", (f"Slurm: {reason}",), 70
         )
     elif reason == "Priority":
-        ahead = [
-            p.name
-            for p in view.pending
-            if p.flavors == target.flavors
-            and p.created
-            and job.submitted
-            and p.created < job.submitted
-            and p.name != target.name
-        ]
+        ahead = _ranked_above(job, [j for j in queue if j.state in WAITING and maps.flavor(j) == flavor])
         said = Cause(
             "queue",
-            f"jobs of higher priority come first: {len(ahead)} older ones wait for {flavor}",
-            (", ".join(ahead[:5]) or "sprio -l shows the ranking",),
+            f"{len(ahead)} pending jobs on {flavor} rank above it"
+            + (f" (its priority {job.priority})" if job.priority is not None else ""),
+            (
+                ", ".join(_ranked_name(j) for j in ahead[:5])
+                + (f" and {len(ahead) - 5} more" if len(ahead) > 5 else ""),
+                f"sprio -l -j {job.job_id} shows its factors (fair-share, QOS, age)",
+            ),
             60,
         )
+        if ahead:
+            needed = sum(j.devices for j in ahead)
+            ways.append(
+                WayOut("wait-queue", f"wait for the {len(ahead)} ranked above it ({needed} GPUs) to start", job.devices)
+            )
     elif reason not in ("", "None"):
         said = Cause("scheduler", f"Slurm holds it: {reason}", (), 50)
     causes = [c for c in base.causes if c.code not in ("scheduling",) and (said is None or c.code != said.code)]
@@ -203,6 +235,22 @@ def explain_slurm(
     return replace(
         base, causes=tuple(causes), ways_out=tuple(ways) + base.ways_out, scheduler_says=f"{job.state} ({reason})"
     )
+
+
+def _ranked_above(job: QueuedJob, pending: list[QueuedJob]) -> list[QueuedJob]:
+    """The pending jobs the scheduler takes before ``job``: a higher priority (squeue's ``%Q``), or an equal
+    one submitted earlier; without priorities, the older ones."""
+    far = datetime.max.replace(tzinfo=UTC)
+
+    def rank(j: QueuedJob) -> tuple[int, datetime, int]:
+        return (-(j.priority or 0), j.submitted or far, int(j.job_id) if j.job_id.isdigit() else 0)
+
+    return sorted((j for j in pending if j.job_id != job.job_id and rank(j) < rank(job)), key=rank)
+
+
+def _ranked_name(job: QueuedJob) -> str:
+    priority = f"priority {job.priority}" if job.priority is not None else "priority unknown"
+    return f"job {job.job_id} ({job.name}) ({job.devices} GPUs, {job.account}, {priority})"
 
 
 def _named(items: list[Holding]) -> str:

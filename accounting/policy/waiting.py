@@ -92,7 +92,8 @@ class Cause:
 @dataclass(frozen=True)
 class WayOut:
     kind: str
-    """``smaller``, ``other-flavor``, ``quota-change``, ``wait-reclaim``, ``wait-finish``, ``budget``."""
+    """``smaller``, ``other-flavor``, ``quota-change``, ``wait-reclaim``, ``wait-finish``, ``budget``; on Slurm
+    also ``other-qos``, ``wait-queue`` (jobs ranked above it) and ``ask`` (a limit set outside Allot)."""
     text: str
     devices: int | None = None
     flavor: str | None = None

@@ -249,7 +249,7 @@ def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory |
     maps, snapshot = slurm_maps(cluster), org_snapshot()
     now = timezone.now()
     view = replace(slurm_view(jobs, maps, at), blocks=blocks(_flavors(cluster)))
-    explanation = explain_slurm(snapshot, view, job, maps, now=now)
+    explanation = explain_slurm(snapshot, view, job, maps, now=now, queue=jobs)
     unit = maps.units.get(job.account)
     checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
     waited = (now - job.submitted).total_seconds() if job.submitted else 0.0

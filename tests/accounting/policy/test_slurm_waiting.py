@@ -15,14 +15,20 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm-outputs"
 NOW = datetime(2026, 12, 6, 12, tzinfo=UTC)
 
 
-def lab():
-    """The captured lab's tree: nlp guarantees 4 and may borrow 3 on 8 GPUs; llm-eval and llm-pretrain under it."""
+def _lab_tree(guarantee: int, burst: int) -> tuple[TreeBuilder, int, int]:
+    """8 GPUs of lab/gpu under acme; nlp guarantees ``guarantee`` and may borrow ``burst``."""
     b = TreeBuilder()
     b.flavor("lab/gpu", 8)
     root = b.unit("acme", UnitKind.ORGANISATION)
     b.quota(root, "lab/gpu", Resource.GPU, 8)
     nlp = b.unit("nlp", UnitKind.TEAM, root)
-    b.quota(nlp, "lab/gpu", Resource.GPU, 4, 3)
+    b.quota(nlp, "lab/gpu", Resource.GPU, guarantee, burst)
+    return b, root, nlp
+
+
+def lab():
+    """The captured lab's tree: nlp guarantees 4 and may borrow 3 on 8 GPUs; llm-eval and llm-pretrain under it."""
+    b, _, nlp = _lab_tree(4, 3)
     units = {"nlp": nlp}
     for name in ("llm-eval", "llm-pretrain"):
         units[name] = b.unit(name, UnitKind.PROJECT, nlp)
@@ -65,3 +71,70 @@ def test_a_limit_reason_with_room_in_the_burst_qos_offers_it():
     assert found.ways_out[0].kind == "other-qos" and "--qos=burst-nlp" in found.ways_out[0].text
     assert found.causes[0].code == "guarantee-qos"
     assert all(c.code != "scheduling" for c in found.causes)  # the scheduler said a limit: not "it fits now"
+
+
+def test_an_owner_pending_for_resources_while_its_guarantee_is_lent_is_a_reclaim_naming_the_burst_jobs():
+    """The captured preemption (squeue-preemption-timeline.psv, 1 s after the guaranteed job was submitted): two
+    4-GPU jobs of the shared burst QOS hold the node, llm-pretrain's 3-GPU job inside guar-nlp pends with
+    ``Resources``. That is a reclaim (Slurm preempts for it), not a full flavor."""
+    b, root, nlp = _lab_tree(3, 1)
+    units = {"nlp": nlp, "llm-pretrain": b.unit("llm-pretrain", UnitKind.PROJECT, nlp)}
+    b.quota(units["llm-pretrain"], "lab/gpu", Resource.GPU, 3)
+    for name, guarantee in (("vision", 2), ("serving", 3)):
+        units[name] = b.unit(name, UnitKind.TEAM, root)
+        b.quota(units[name], "lab/gpu", Resource.GPU, guarantee, 4)
+    snapshot = b.build()
+    maps = SlurmMaps("lab", units, {u: snapshot.path(u) for u in units.values()}, {"gpu": "lab/gpu"}, "lab/gpu")
+    lines = [
+        "|".join([*row[1:9], "1", "2026-12-06T11:00:00"])
+        for row in (line.split("|") for line in (FIXTURES / "squeue-preemption-timeline.psv").read_text().splitlines())
+        if row[0] == "1"
+    ]
+    jobs = parse_squeue("\n".join(lines))
+    owner = next(j for j in jobs if j.state == "PENDING")
+    found = explain_slurm(snapshot, slurm_view(jobs, maps, NOW), owner, maps, now=NOW)
+    top = found.top
+    assert top is not None and top.code == "reclaim", found.causes
+    assert top.title.endswith("Slurm preempts the borrowers' burst jobs once their grace time is over")
+    assert "job 38 (serving-burst) (4 devices, 4 borrowed, acme/serving)" in " ".join(top.evidence)
+    assert top.evidence[-1] == "Slurm: Resources" and "flavor-full" not in [c.code for c in found.causes]
+    assert any(w.kind == "wait-reclaim" for w in found.ways_out)
+
+
+def test_a_job_pending_for_priority_names_the_jobs_ranked_above_it_by_squeues_priority():
+    snapshot, maps = lab()
+    jobs = parse_squeue(
+        "\n".join(
+            [
+                "60|full|alice|nlp|guar-nlp|RUNNING|None|gres/gpu:8|1|2026-12-06T10:00:00|9000",
+                "61|late-high|dave|llm-eval|guar-nlp|PENDING|Resources|gres/gpu:2|1|2026-12-06T11:30:00|20500",
+                "62|early-low|dave|llm-eval|burst-nlp|PENDING|Priority|gres/gpu:1|1|2026-12-06T11:00:00|1200",
+                "63|same-older|alice|nlp|burst-nlp|PENDING|Priority|gres/gpu:1|1|2026-12-06T10:59:00|1200",
+                "64|below|alice|nlp|burst-nlp|PENDING|Priority|gres/gpu:1|1|2026-12-06T10:00:00|900",
+            ]
+        )
+    )
+    assert [j.priority for j in jobs] == [9000, 20500, 1200, 1200, 900]
+    target = jobs[2]
+    found = explain_slurm(snapshot, slurm_view(jobs, maps, NOW), target, maps, now=NOW, queue=jobs)
+    top = found.top
+    assert top is not None and top.code == "queue"
+    assert top.title == "2 pending jobs on lab/gpu rank above it (its priority 1200)"
+    assert top.evidence == (
+        "job 61 (late-high) (2 GPUs, llm-eval, priority 20500), job 63 (same-older) (1 GPUs, nlp, priority 1200)",
+        "sprio -l -j 62 shows its factors (fair-share, QOS, age)",
+    )
+    assert found.ways_out[0].kind == "wait-queue" and "(3 GPUs)" in found.ways_out[0].text
+
+
+def test_an_association_limit_is_said_as_a_limit_set_outside_allot_with_the_accounts_jobs():
+    snapshot, maps = lab()
+    jobs = parse_squeue(
+        "70|mine|alice|nlp|guar-nlp|RUNNING|None|gres/gpu:1|1|\n71|next|alice|nlp|burst-nlp|PENDING|AssocGrpGRES|gres/gpu:1|1|"
+    )
+    found = explain_slurm(snapshot, slurm_view(jobs, maps, NOW), jobs[1], maps, now=NOW, queue=jobs)
+    top = found.top
+    assert top is not None and top.code == "association-limit"
+    assert "sacctmgr show assoc where account=nlp" in top.evidence[0]
+    assert top.evidence[1] == "its running jobs on account nlp: job 70 (mine) (1 GPUs, alice)"
+    assert [w.kind for w in found.ways_out][:2] == ["wait-finish", "ask"]
