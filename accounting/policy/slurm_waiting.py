@@ -187,9 +187,10 @@ def explain_slurm(
             "association-limit",
             f"a limit on account {account} or an account above it: {reason}",
             (
-                f"Slurm: {reason}. Allot sets no GPU limit on accounts (its limits are the QOS guar-/burst-): "
-                "a limit set in Slurm outside Allot — "
-                f"sacctmgr show assoc where account={account} format=Account,User,GrpTRES,MaxTRES names it",
+                f"Slurm: {reason}. Allot sets no limit on accounts (its GPU limits are the QOS guar-/burst-, "
+                "which take precedence over an account's GPU limit): a limit set in Slurm outside Allot — "
+                f"sacctmgr show assoc where account={account} format=Account,User,GrpTRES,GrpJobs,MaxTRES,MaxJobs "
+                "names it",
                 f"its running jobs on account {account}: {_named(mine)}",
             ),
             86,

@@ -79,3 +79,190 @@ def test_a_job_over_its_guarantee_qos_is_explained_and_the_other_qos_runs_it(lab
     finally:
         for user in ("alice", "bob", "dave"):
             _sh("scancel", "-u", user)
+
+
+def _quiet():
+    """An empty node: nothing an earlier test left holds GPUs."""
+    for user in ("alice", "bob", "dave"):
+        _sh("scancel", "-u", user)
+    deadline = time.monotonic() + 60
+    while _sh("squeue", "-h", "-t", "pending,running,completing,suspended").stdout.strip():
+        assert time.monotonic() < deadline, _sh("squeue", "-h").stdout
+        time.sleep(0.5)
+
+
+def _sacct_times(job: str, *fields: str) -> list[list[str]]:
+    """Every recorded run of the job (``-D``: a requeued job's preempted run too), oldest first."""
+    done = _sh("sacct", "-n", "-X", "-D", "-P", "-S", "now-30minutes", "-j", job, "-o", ",".join(fields))
+    return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.django_db
+def test_an_owner_waiting_for_a_preempted_borrower_is_explained_and_the_reclaim_timed_by_slurms_clock(lab, settings):
+    """nlp borrows 4 GPUs under burst-nlp, the node fills; ops (inside its guarantee) asks for 2. While it pends
+    with Resources, Allot says it is a reclaim naming the burst job and the contract's promise; Slurm preempts
+    the borrower after its grace time and starts the owner; the reclaim Allot records from sacct has the
+    borrower's preemption and the owner's submit and start to the second of Slurm's own records."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from django.utils import timezone
+
+    from accounting.reclaims import reclaims
+    from accounting.services import usage_ingest_slurm
+    from quotas import services
+    from quotas.models import SyncStatus
+    from quotas.policy import Resource
+    from quotas.services.slurm_policy import slurm_policy_publish
+
+    settings.ALLOT_SLURM_QUEUE_SECONDS = 0
+    zone = ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)
+    fast = services.contract_set(
+        actor=lab.admin, reason="t", name="fast-reclaim", reclaim_within=60, grace_period=10, min_run_window=10
+    )
+    services.org_unit_update(actor=lab.admin, reason="t", unit=lab.acme, contract=fast)
+    services.quota_set(
+        actor=lab.admin, reason="t", unit_id=lab.nlp.pk, flavor_id=lab.slurm_flavor.pk, resource=Resource.GPU,
+        guarantee=4, burst=4,
+    )  # fmt: skip
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.ops, slurm_username="alice")
+    run = cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    assert run.status in (SyncStatus.APPLIED, SyncStatus.IN_SYNC), run.message
+    slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
+    _quiet()
+    began = timezone.now().replace(microsecond=0)  # sacct's times are whole seconds
+    jobs = []
+    try:
+        borrower = sbatch("alice", "nlp", 4, "sleep 600", "-q", "burst-nlp")
+        jobs += [borrower, sbatch("alice", "nlp", 2, "sleep 600"), sbatch("bob", "vision", 1, "sleep 600")]
+        assert all(_wait(j, {"RUNNING"}) for j in jobs), [
+            _sh("squeue", "-h", "-j", j, "-o", "%T|%r").stdout for j in jobs
+        ]
+        owner = sbatch("alice", "ops", 2, "sleep 600")  # inside ops's guarantee; 1 GPU free
+        jobs.append(owner)
+        assert _reason(owner, "Resources", 20), _sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout
+        answer = explain_slurm_job(lab.slurm, owner)
+        assert answer is not None and answer.unit_path == lab.ops.path
+        top = answer.explanation.top
+        assert top is not None and top.code == "reclaim", answer.explanation.causes
+        evidence = " ".join(top.evidence)
+        assert f"job {borrower} (wrap) (4 devices, 4 borrowed, {lab.nlp.path})" in evidence, evidence
+        assert "contract fast-reclaim: lent devices come back within 1 min, by " in evidence
+        by = next(w for w, _ in answer.ways_out if w.kind == "wait-reclaim").by
+        assert by is not None and answer.job.submitted is not None
+        assert abs((by - answer.job.submitted - timedelta(seconds=60)).total_seconds()) < 1
+        assert _wait(owner, {"RUNNING"}, seconds=120), (_sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout,)
+        _sh("scancel", borrower)  # requeued: its preempted run is on record; the rest ends it
+        assert _wait(borrower, {""}, seconds=60)
+        runs = _sacct_times(borrower, "State", "End")
+        preempted = [datetime.fromisoformat(end).replace(tzinfo=zone) for state, end in runs if state == "PREEMPTED"]
+        assert len(preempted) == 1, runs
+        [[submit, start]] = _sacct_times(owner, "Submit", "Start")[-1:]
+
+        ingest = usage_ingest_slurm(cluster=lab.slurm, now=timezone.now() + timedelta(minutes=1))
+        assert ingest.status == "ok", (ingest.message, ingest.problems)
+        found = [  # sacct also lists an earlier run's jobs (the last hour): this one's are submitted since it began
+            r
+            for r in reclaims(timezone.now() - timedelta(minutes=30), timezone.now() + timedelta(minutes=1), {})
+            if r.lender_path == lab.ops.path and r.submitted >= began
+        ]
+        assert len(found) == 1, found
+        reclaimed = found[0]
+        assert reclaimed.borrower_path == lab.nlp.path and reclaimed.contract == "fast-reclaim"
+        assert reclaimed.promised_s == 60
+        assert reclaimed.preempted is not None and abs((reclaimed.preempted - preempted[0]).total_seconds()) < 1
+        assert abs((reclaimed.submitted - datetime.fromisoformat(submit).replace(tzinfo=zone)).total_seconds()) < 1
+        assert abs((reclaimed.admitted - datetime.fromisoformat(start).replace(tzinfo=zone)).total_seconds()) < 1
+    finally:
+        for job in jobs:
+            _sh("scancel", job)
+
+
+@pytest.mark.django_db
+def test_a_job_behind_priority_names_the_jobs_slurm_ranks_above_it_and_runs_when_they_have_started(lab, settings):
+    """The node full (8 of 8), two jobs with room in their QOS wait for it: the one Slurm ranks lower pends with
+    Priority. Allot names the other with the priority squeue reports; when GPUs free up, both start."""
+    from quotas import services
+
+    settings.ALLOT_SLURM_QUEUE_SECONDS = 0
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.ops, slurm_username="alice")
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.llm, slurm_username="dave")
+    cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    _quiet()
+    running, pending = [], []
+    try:
+        running += [sbatch("alice", "nlp", 2, "sleep 600"), sbatch("bob", "vision", 1, "sleep 600")]
+        running += [sbatch("alice", "ops", 2, "sleep 600"), sbatch("dave", "llm", 2, "sleep 600")]
+        running.append(sbatch("alice", "nlp", 1, "sleep 600", "-q", "burst-nlp"))
+        assert all(_wait(j, {"RUNNING"}) for j in running), _sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout
+        pending += [
+            sbatch("dave", "llm", 1, "sleep 600", "-q", "burst-llm"),
+            sbatch("bob", "vision", 1, "sleep 600", "-q", "burst-vision"),
+        ]
+        deadline = time.monotonic() + 60
+        while True:
+            reasons = {j: _sh("squeue", "-h", "-j", j, "-o", "%r|%Q").stdout.strip() for j in pending}
+            behind = [j for j, r in reasons.items() if r.startswith("Priority|")]
+            if behind or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert behind, (reasons, _sh("squeue", "-h", "-o", "%i|%q|%T|%r|%Q").stdout)
+        [low] = behind
+        [high] = [j for j in pending if j != low]
+        answer = explain_slurm_job(lab.slurm, low)
+        assert answer is not None
+        top = answer.explanation.top
+        assert top is not None and top.code == "queue", answer.explanation.causes
+        priority = {j: int(_sh("squeue", "-h", "-j", j, "-o", "%Q").stdout.strip()) for j in pending}
+        assert top.title.endswith(f"rank above it (its priority {priority[low]})"), top.title
+        assert f"job {high} (wrap) (1 GPUs, " in top.evidence[0] and f"priority {priority[high]})" in top.evidence[0]
+        assert f"sprio -l -j {low}" in top.evidence[1]
+        assert any(w.kind == "wait-queue" for w, _ in answer.ways_out)
+        for job in running[:2]:  # 3 GPUs free: the one ranked above starts, then this one
+            _sh("scancel", job)
+        assert _wait(high, {"RUNNING"}, seconds=60) and _wait(low, {"RUNNING"}, seconds=60), _sh(
+            "squeue", "-h", "-o", "%i|%q|%T|%r"
+        ).stdout
+    finally:
+        for job in running + pending:
+            _sh("scancel", job)
+
+
+@pytest.mark.django_db
+def test_an_association_limit_set_outside_allot_is_said_as_such_and_the_job_runs_when_its_account_frees(lab, settings):
+    """A site's own limit on account nlp, set with sacctmgr (Allot sets none on accounts): ``GrpJobs=1``. Alice's
+    first job runs, her next one pends with AssocGrpJobsLimit. Allot says it is an account limit set outside it,
+    names her running job and the sacctmgr line that shows the limit; when her first job ends, it runs.
+
+    A GPU limit on the account would not do: the job's QOS limit comes first in Slurm's hierarchy of limits
+    (resource_limits.html: the point where a limit is first defined is used), and Allot's guar-/burst- QOS
+    each define ``GrpTRES=gres/gpu`` — seen on this stack: ``GrpTRES=gres/gpu=2`` on nlp let a third GPU start."""
+    settings.ALLOT_SLURM_QUEUE_SECONDS = 0
+    cluster_sync(actor=lab.admin, reason="t", cluster=lab.slurm)
+    _quiet()
+    limit = ("sacctmgr", "-i", "modify", "account", "where", "name=nlp", "cluster=lab", "set")
+    assert _sh(*limit, "GrpJobs=1").returncode == 0
+    jobs = []
+    try:
+        first = sbatch("alice", "nlp", 2, "sleep 600")
+        jobs.append(first)
+        assert _wait(first, {"RUNNING"})
+        second = sbatch("alice", "nlp", 1, "sleep 1", "-q", "burst-nlp")
+        jobs.append(second)
+        assert _reason(second, "AssocGrpJobsLimit"), _sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout
+        answer = explain_slurm_job(lab.slurm, second)
+        assert answer is not None
+        top = answer.explanation.top
+        assert top is not None and top.code == "association-limit", answer.explanation.causes
+        assert top.title == "a limit on account nlp or an account above it: AssocGrpJobsLimit"
+        assert "sacctmgr show assoc where account=nlp format=Account,User,GrpTRES,GrpJobs" in top.evidence[0]
+        shown = _sh("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=nlp", "format=User,GrpJobs")
+        assert "|1" in shown.stdout.splitlines(), shown.stdout  # the line it names shows the limit
+        assert top.evidence[1] == f"its running jobs on account nlp: job {first} (wrap) (2 GPUs, alice)"
+        assert [w.kind for w, _ in answer.ways_out][:2] == ["wait-finish", "ask"]
+        _sh("scancel", first)  # the way out: its running job ends
+        assert _wait(second, {"RUNNING", "COMPLETING", ""}), _sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout
+    finally:
+        _sh(*limit, "GrpJobs=-1")
+        for job in jobs:
+            _sh("scancel", job)
