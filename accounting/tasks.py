@@ -13,7 +13,10 @@ from django.utils import timezone
 
 from accounting.services import usage_ingest_dcgm, usage_ingest_slurm, usage_resync_kueue, usage_rollup
 from accounting.services.findings import findings_detect
+from accounting.services.kueue import kueue_client
 from accounting.services.kueue_metrics import usage_ingest_kueue_metrics
+from accounting.services.kueue_queues import queues_resync
+from quotas.integrations.kubernetes import ClusterCallError
 from quotas.models import Cluster, ClusterKind
 
 
@@ -38,8 +41,13 @@ def ingest_all_slurm() -> list[int]:
 def resync_kueue(cluster_id: int) -> dict[str, object]:
     """List one Kubernetes cluster's Workloads and fold each into its record. An unreachable cluster
     is recorded on the source run, not raised."""
-    run = usage_resync_kueue(cluster=Cluster.objects.get(pk=cluster_id))
-    return {"run": run.pk, "status": run.status, "counts": run.counts}
+    cluster = Cluster.objects.get(pk=cluster_id)
+    run = usage_resync_kueue(cluster=cluster)
+    try:  # the ClusterQueues' own figures for the waiting answers (accounting.services.kueue_queues)
+        queues, _ = queues_resync(cluster=cluster, client=kueue_client(cluster))
+    except (ClusterCallError, ValueError) as exc:
+        return {"run": run.pk, "status": run.status, "counts": run.counts, "queues": f"not read: {exc}"}
+    return {"run": run.pk, "status": run.status, "counts": run.counts, "queues": queues}
 
 
 @shared_task(name="accounting.tasks.resync_all_kueue")

@@ -76,6 +76,8 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"When: {data.get('estimate_note') or 'no estimate'}")
     if data.get("scheduler_says"):
         lines.append(f"The scheduler says: {data['scheduler_says']}")
+    if data.get("queue_says"):
+        lines.append(data["queue_says"])
     return "\n".join(lines)
 
 

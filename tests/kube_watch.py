@@ -12,7 +12,8 @@ sent as the API server sends it:
   is too old (kubernetes.io/docs/reference/using-api/api-concepts, "Efficient detection of changes").
 
 No API server runs on these machines, so these exchanges are written in that documented wire
-format, not captured. Mismatches are kept in ``mismatches``.
+format, not captured. Mismatches are kept in ``mismatches``. ClusterQueues are not scripted (the watcher
+follows them on a thread of their own): the server has none, and a watch of them stays quiet.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ class WatchScriptServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                if "/clusterqueues" in self.path:  # the watcher's ClusterQueue thread: a cluster without any
+                    self._no_queues()
+                    return
                 if server.served >= len(server.steps):
                     server.mismatches.append(f"unexpected GET {self.path}")
                     self.send_response(500)
@@ -141,6 +145,22 @@ class WatchScriptServer:
                 else:  # drop: half a chunk, then the connection goes
                     self.wfile.write(b'40\r\n{"type": "MODIFIED"')
                     self.wfile.flush()
+                self.close_connection = True
+
+            def _no_queues(self) -> None:
+                """ClusterQueues are not scripted: an empty list, and a watch that stays quiet until released."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if "watch=" not in self.path:
+                    data = json.dumps({"kind": "ClusterQueueList", "metadata": {"resourceVersion": "1"}, "items": []})
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data.encode())
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                server.release.wait(60)
+                self.wfile.write(b"0\r\n\r\n")
                 self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

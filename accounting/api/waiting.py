@@ -69,6 +69,10 @@ ANSWER_FIELDS: dict[str, Any] = {
     "causes": serializers.ListField(child=CAUSE),
     "ways_out": serializers.ListField(child=WAY),
     "scheduler_says": serializers.CharField(help_text="The scheduler's own reason and message"),
+    "queue_says": serializers.CharField(
+        help_text="Kueue's own figures for its ClusterQueue (GPUs used and borrowed per flavor, Workloads pending "
+        "and admitted) and their age; empty on Slurm or when the watcher has not read them"
+    ),
     "room": serializers.DictField(help_text="Per flavor: guarantee, ceiling, held, free, room"),
     "observed_at": serializers.DateTimeField(allow_null=True, help_text="When the live view was last refreshed"),
     "age_seconds": serializers.FloatField(allow_null=True),
@@ -140,6 +144,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "waiting_since": record.submitted_at,
         **_explained(answer.explanation, answer.ways_out, answer.age_s),
         **_when(answer.estimate, answer.calibration),
+        "queue_says": answer.queue_says,
     }
 
 
@@ -154,6 +159,7 @@ def slurm_answer_json(answer: SlurmAnswer) -> dict[str, Any]:
         "waiting_since": job.submitted,
         **_explained(answer.explanation, answer.ways_out, answer.age_s),
         **_when(answer.estimate, answer.calibration),
+        "queue_says": "",
     }
 
 

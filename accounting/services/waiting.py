@@ -28,6 +28,7 @@ from accounting.policy.sacct import EndState
 from accounting.policy.slurm_waiting import FORMAT, QueuedJob, SlurmMaps, explain_slurm, parse_squeue, slurm_view
 from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
 from accounting.services.ingest import slurm_cluster_name
+from accounting.services.kueue_queues import cached_queue
 from quotas.integrations.slurm import SlurmInventory
 from quotas.models import Cluster, OrgUnit, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
@@ -53,6 +54,9 @@ class Answer:
     """Seconds since the live view was last refreshed from the scheduler; None: never."""
     estimate: Band | None = None
     calibration: Calibration | None = None
+    queue_says: str = ""
+    """Kueue's own figures for its ClusterQueue (GPUs used and borrowed per flavor, pending, admitted) with
+    their age, from the watcher's cache (accounting.services.kueue_queues); '' when none is cached."""
 
     @property
     def start_after(self) -> datetime | None:
@@ -169,7 +173,18 @@ def explain_record(
     band = (
         estimate(record.cluster, record.unit_id, _one(explanation), waited) if record.state in WAITING_STATES else None
     )
-    return Answer(record, explanation, checked, age, band, calibration(record.cluster))
+    return Answer(record, explanation, checked, age, band, calibration(record.cluster), _queue_says(record))
+
+
+def _queue_says(record: WorkloadRecord) -> str:
+    """Its ClusterQueue as Kueue counts it: the one it was admitted to, else its LocalQueue's (Allot names a
+    LocalQueue after its ClusterQueue)."""
+    resources = record.resources or {}
+    status, at = cached_queue(record.cluster, str(resources.get("clusterQueue") or resources.get("queue") or ""))
+    if status is None or at is None:
+        return ""
+    keys = {f.name: f.key for f in _flavors(record.cluster)}
+    return f"{status.said(keys)} (read {max(0.0, (timezone.now() - at).total_seconds()):.0f} s ago)"
 
 
 def unit_waiting(unit_ids: Iterable[int], *, limit: int = 50) -> list[Answer]:

@@ -321,6 +321,11 @@ class KueueClient:
     def list_workloads(self, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every Workload in every namespace, read in pages, and the list's resourceVersion: the
         point a watch resumes from. A continue token that expired mid-list (410) starts the list again."""
+        return self.list_pages("workloads", page=page)
+
+    def list_pages(self, plural: str, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a Kueue kind (``workloads``, ``clusterqueues``), read in pages, and the list's
+        resourceVersion (see :meth:`list_workloads`)."""
         for _attempt in range(3):
             items: list[dict[str, Any]] = []
             token: str | None = None
@@ -329,7 +334,7 @@ class KueueClient:
                     options: dict[str, Any] = {"limit": page}
                     if token:
                         options["_continue"] = token
-                    found = self._call(self.api.list_cluster_custom_object, GROUP, self.version, "workloads", **options)
+                    found = self._call(self.api.list_cluster_custom_object, GROUP, self.version, plural, **options)
                     items += found.get("items", [])
                     meta = found.get("metadata") or {}
                     token = meta.get("continue") or None
@@ -338,18 +343,24 @@ class KueueClient:
             except ClusterCallError as exc:
                 if exc.status != 410 or not token:
                     raise
-        raise ClusterCallError(410, "Expired", "the Workload list kept expiring between pages; try a larger page")
+        raise ClusterCallError(410, "Expired", f"the {plural} list kept expiring between pages; try a larger page")
 
     def watch_workloads(self, resource_version: str, *, timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
         """Workload events (ADDED, MODIFIED, DELETED, BOOKMARK) after ``resource_version``, until the
         server ends the watch (``timeout_seconds``) or the connection drops. A resourceVersion the
         server no longer keeps raises ClusterCallError 410: list again and watch from the list's."""
+        return self.watch("workloads", resource_version, timeout_seconds=timeout_seconds)
+
+    def watch(
+        self, plural: str, resource_version: str, *, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Events of a Kueue kind after ``resource_version`` (see :meth:`watch_workloads`)."""
         version = self.version
         stream = k8s_watch.Watch().stream(
             self.api.list_cluster_custom_object,
             GROUP,
             version,
-            "workloads",
+            plural,
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,

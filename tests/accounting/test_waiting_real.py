@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from accounting.services.kueue import usage_resync_kueue
+from accounting.services.kueue import kueue_client, usage_resync_kueue
+from accounting.services.kueue_queues import queues_resync
 from accounting.services.waiting import explain_record, find_waiting, unit_waiting
 from quotas.models import Cluster, NamespaceBinding, SyncStatus
 from quotas.services.sync import cluster_sync
@@ -40,7 +41,21 @@ def test_a_job_beyond_its_units_ceiling_is_explained_and_each_way_out_makes_it_r
         assert resync.status != "failed", resync.message
         record = find_waiting(demo, ns, "job/second")
         assert record is not None and record.state == "pending"
+
+        # Kueue's own figures for the queue, as the watcher keeps them: the ClusterQueue's status as served
+        def served():  # Kueue updates a ClusterQueue's status a moment after its Workloads change
+            status = kube_plane.get(f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{rule.queue}").get("status") or {}
+            return (status.get("pendingWorkloads"), status.get("admittedWorkloads")) == (1, 1)
+
+        wait_for("Kueue counts 1 pending and 1 admitted in the queue", served, 30)
+        queues, _ = queues_resync(cluster=demo, client=kueue_client(demo))
+        assert queues >= len(policy.namespaces)
         answer = explain_record(record)
+        borrowed = ceiling - answer.explanation.room[f"{demo.name}/{flavor}"]["guarantee"]  # Kueue and Allot agree
+        assert answer.queue_says.startswith(
+            f"Kueue: ClusterQueue {rule.queue} — {demo.name}/{flavor} {ceiling} used ({borrowed} borrowed); 1 pending, "
+            "1 admitted (read "
+        ), answer.queue_says
         found = answer.explanation
         first = workloads(kube_plane, ns)["first"]["metadata"]["name"]
         top = found.top
@@ -334,3 +349,49 @@ def test_a_job_pinned_to_a_full_flavor_is_explained_and_moving_it_makes_it_run(k
     finally:
         for ns in ("pin-mine", "pin-other"):
             delete_jobs(kube_plane, ns)
+
+
+def test_the_clusterqueues_are_followed_by_a_watch_and_each_change_is_in_the_cache(kube_plane, demo):
+    """queues_follow (the watcher's thread) lists once, then a job admitted in a queue reaches the cache through
+    the watch alone: no question, and no second list, asks the API server."""
+    import threading
+    from unittest import mock
+
+    from accounting.services.kueue_queues import cached_queue, queues_follow
+    from admission.selectors import admission_policy
+
+    demo_on_the_plane(kube_plane, demo)
+    cluster_sync(actor=None, reason="t", cluster=demo)
+    policy = admission_policy(Cluster.objects.get(pk=demo.pk))
+    labels = {f.name: dict(f.node_labels) for f in policy.flavors}
+    ns = "vision"
+    rule = policy.namespaces[ns]
+    active(kube_plane, [rule.queue])
+    _, flavor = max((c, f) for f, c in rule.ceilings.items() if c)
+    client = kueue_client(demo)
+    lists = mock.patch.object(client, "list_pages", wraps=client.list_pages)
+    listed = lists.start()
+    stopping = threading.Event()
+    thread = threading.Thread(
+        target=queues_follow, kwargs={"cluster": demo, "client": client, "stop": stopping.is_set, "timeout_seconds": 5}
+    )
+    thread.start()
+    try:
+        wait_for("the first list cached", lambda: cached_queue(demo, rule.queue)[0])
+        kube_plane.apply_manifest(gpu_job("seen", ns, rule.queue, 1, node_selector=labels[flavor]))
+        wait_for("the job admitted", lambda: admitted(workloads(kube_plane, ns).get("seen")))
+        status = wait_for(
+            "the watch brings Kueue's count of it",
+            lambda: (lambda s: s if s and s.admitted == 1 and s.gpus.get(flavor, (0, 0))[0] == 1 else None)(
+                cached_queue(demo, rule.queue)[0]
+            ),
+            30,
+        )
+        assert status.name == rule.queue
+        assert [c.args for c in listed.call_args_list] == [("clusterqueues",)]  # one list; the rest by the watch
+    finally:
+        stopping.set()
+        lists.stop()
+        delete_jobs(kube_plane, ns)
+        thread.join(timeout=15)
+    assert not thread.is_alive()

@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 import signal
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounting.services.kueue import usage_watch_kueue
+from accounting.services.kueue import kueue_client, usage_watch_kueue
+from accounting.services.kueue_queues import queues_follow
 from quotas.models import Cluster, ClusterKind
 
 
 class Command(BaseCommand):
     help = (
-        "Follow a Kubernetes cluster's Kueue Workloads and record each condition transition as it happens "
+        "Follow a Kubernetes cluster's Kueue Workloads and record each condition transition as it happens, and "
+        "keep its ClusterQueues' status (GPUs used and borrowed, pending and admitted counts) in the shared cache "
         "(list, then watch from the list's resourceVersion; relists on 410 Gone; resumes from the last "
         "stored resourceVersion after a restart). Runs until SIGTERM or Ctrl-C. The usage-watcher "
         "Deployment runs one per cluster; beat's periodic resync covers a cluster without one."
@@ -46,7 +49,18 @@ class Command(BaseCommand):
             self.stdout.write("stopping: what was read is stored with its resourceVersion, then it exits")
 
         signal.signal(signal.SIGTERM, stop)
-        self.stdout.write(f"watching Workloads on {cluster.name} ({cluster.connection_ref})")
+        self.stdout.write(f"watching Workloads and ClusterQueues on {cluster.name} ({cluster.connection_ref})")
+        # the ClusterQueues' own figures for the waiting answers, on a thread beside the Workload watch
+        try:
+            client = kueue_client(cluster)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        threading.Thread(
+            target=queues_follow,
+            kwargs={"cluster": cluster, "client": client, "stop": lambda: stopping},
+            name="allot-clusterqueue-watch",
+            daemon=True,
+        ).start()
         try:
             runs = usage_watch_kueue(
                 cluster=cluster,
@@ -60,5 +74,7 @@ class Command(BaseCommand):
             return
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            stopping = True  # the ClusterQueue thread ends with the Workload watch
         if runs and runs[-1].status == "failed":
             raise CommandError(runs[-1].message)
