@@ -70,8 +70,9 @@ ANSWER_FIELDS: dict[str, Any] = {
     "ways_out": serializers.ListField(child=WAY),
     "scheduler_says": serializers.CharField(help_text="The scheduler's own reason and message"),
     "queue_says": serializers.CharField(
-        help_text="Kueue's own figures for its ClusterQueue (GPUs used and borrowed per flavor, Workloads pending "
-        "and admitted) and their age; empty on Slurm or when the watcher has not read them"
+        help_text="The scheduler's own figures for its queue, with their age: Kueue's ClusterQueue (GPUs used and "
+        "borrowed per flavor, Workloads pending and admitted), or slurmctld's QOS of its account (GPUs held of each "
+        "limit); empty when they could not be read"
     ),
     "room": serializers.DictField(help_text="Per flavor: guarantee, ceiling, held, free, room"),
     "observed_at": serializers.DateTimeField(allow_null=True, help_text="When the live view was last refreshed"),
@@ -159,7 +160,7 @@ def slurm_answer_json(answer: SlurmAnswer) -> dict[str, Any]:
         "waiting_since": job.submitted,
         **_explained(answer.explanation, answer.ways_out, answer.age_s),
         **_when(answer.estimate, answer.calibration),
-        "queue_says": "",
+        "queue_says": answer.queue_says,
     }
 
 

@@ -25,11 +25,12 @@ from accounting.models import FragmentationSample, SourceKind, SourceRun, Worklo
 from accounting.policy.estimate import Band, Calibration, PastJob, calibrate, wait_band
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
+from accounting.policy.slurm_qos import parse_assoc_mgr_qos, qos_said
 from accounting.policy.slurm_waiting import FORMAT, QueuedJob, SlurmMaps, explain_slurm, parse_squeue, slurm_view
 from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
 from accounting.services.ingest import slurm_cluster_name
 from accounting.services.kueue_queues import cached_queue
-from quotas.integrations.slurm import SlurmInventory
+from quotas.integrations.slurm import SlurmError, SlurmInventory
 from quotas.models import Cluster, OrgUnit, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.placement import matching_flavors
@@ -227,6 +228,8 @@ class SlurmAnswer:
     age_s: float | None
     estimate: Band | None = None
     calibration: Calibration | None = None
+    queue_says: str = ""
+    """slurmctld's own figures for the job's account QOS (GPUs held of each limit), read with the queue."""
 
 
 def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tuple[list[QueuedJob], datetime]:
@@ -269,8 +272,28 @@ def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory |
     checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
     waited = (now - job.submitted).total_seconds() if job.submitted else 0.0
     band = estimate(cluster, unit, maps.flavor(job), waited)
+    qos = [f"{maps.qos_prefix}guar-{job.account}", f"{maps.qos_prefix}burst-{job.account}"]
+    if job.qos not in qos:
+        qos.insert(0, job.qos)
     return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds(),
-                       band, calibration(cluster))  # fmt: skip
+                       band, calibration(cluster), _qos_says(cluster, qos, job.gpu_type, runner))  # fmt: skip
+
+
+def _qos_says(cluster: Cluster, names: list[str], gpu_type: str | None, runner: SlurmInventory | None) -> str:
+    """The job's QOS as slurmctld counts them, read at most every ALLOT_SLURM_QUEUE_SECONDS per set of QOS and
+    shared through the cache; '' when slurmctld cannot be asked (the explanation stands without it)."""
+    key = f"allot:qos-usage:{cluster.pk}:{','.join(names)}"
+    cached = cache.get(key)
+    now = timezone.now()
+    if cached is None or (now - cached[1]).total_seconds() >= settings.ALLOT_SLURM_QUEUE_SECONDS:
+        runner = runner or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
+        try:
+            cached = (runner.qos_usage(slurm_cluster_name(cluster), names), now)
+        except SlurmError:
+            return ""
+        cache.set(key, cached, timeout=max(60, 10 * settings.ALLOT_SLURM_QUEUE_SECONDS))
+    said = qos_said(parse_assoc_mgr_qos(cached[0]), names, gpu_type)
+    return f"{said} (read {(now - cached[1]).total_seconds():.0f} s ago)" if said else ""
 
 
 # --- when: a band from the cluster's recorded waits, and its calibration (accounting.policy.estimate) -------

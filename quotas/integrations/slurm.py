@@ -259,6 +259,10 @@ class SlurmInventory:
         text = self._run([self.squeue, "-M", cluster, "-h", "-o", fmt])
         return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))
 
+    def qos_usage(self, cluster: str, names: list[str]) -> str:
+        """The QOS' limits and what their jobs hold now (``scontrol -M <cluster> show assoc_mgr flags=qos qos=…``)."""
+        return self._run([self.scontrol, "-M", cluster, "show", "assoc_mgr", "flags=qos", f"qos={','.join(names)}"])
+
     def pending(self, cluster: str) -> str:
         text = self._run([self.squeue, "-M", cluster, "-h", "-t", "PD", "-o", "%i|%b|%D"])
         return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))

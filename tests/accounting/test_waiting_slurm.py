@@ -51,6 +51,8 @@ def test_a_job_over_its_guarantee_qos_is_explained_and_the_other_qos_runs_it(lab
         assert top is not None and top.code == "guarantee-qos", found.causes
         assert f"job {holding} (wrap) (2 GPUs, alice)" in top.title and "guar-nlp" in top.title
         assert found.scheduler_says == "PENDING (QOSGrpGRES)" and answer.age_s is not None
+        # slurmctld's own count of the QOS: its limit reached by the job it names
+        assert answer.queue_says.startswith("Slurm: QOS guar-nlp 2 of 2, burst-nlp 0 of "), answer.queue_says
         other = next(w for w, problem in answer.ways_out if w.kind == "other-qos")
         assert "--qos=burst-nlp" in other.text
         moved = sbatch("alice", "nlp", 1, "sleep 1", "--qos=burst-nlp")  # the way out, taken
@@ -72,6 +74,7 @@ def test_a_job_over_its_guarantee_qos_is_explained_and_the_other_qos_runs_it(lab
         assert mine.returncode == 0, mine.stderr
         assert f"job {waiting} (wrap) (job/{waiting}) of {lab.nlp.path}: pending" in mine.stdout
         assert "its guarantee QOS guar-nlp is full" in mine.stdout and "--qos=burst-nlp" in mine.stdout
+        assert "Slurm: QOS guar-nlp 2 of 2, burst-nlp" in mine.stdout
         stranger = User.objects.create_user("bob-web")
         theirs = subprocess.run([plugin, waiting], capture_output=True, text=True,
                                 env={**env, "ALLOT_TOKEN": Token.objects.create(user=stranger).key})  # fmt: skip
