@@ -18,5 +18,6 @@ urlpatterns = [
     path("reviews/", views.reviews_page, name="reviews"),
     path("reviews/<int:review_id>/", views.review_page, name="review"),
     path("reviews/<int:review_id>/files/<path:name>", views.review_file, name="review-file"),
+    path("waiting-slurm/<str:cluster>/<str:job>/", waiting.slurm_waiting_page, name="waiting-slurm"),
     path("waiting/<str:cluster>/<str:namespace>/<path:name>/", waiting.waiting_page, name="waiting"),
 ]

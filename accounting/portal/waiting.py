@@ -16,9 +16,11 @@ from django.utils.http import urlencode
 from accounting.models import WorkloadRecord
 from accounting.policy.waiting import WayOut
 from accounting.selectors.visibility import work_rule
+from accounting.services.slurm_waiting import explain_slurm_job, readable_jobs, unit_waiting_slurm
 from accounting.services.waiting import Answer, explain_record, find_waiting, unit_waiting
 from quotas.access import may_request
-from quotas.models import Cluster, OrgUnit, ResourceFlavor
+from quotas.integrations.slurm import SlurmError
+from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
 from quotas.portal.panels import register_unit_panel
 from quotas.selectors import subtree
 
@@ -36,7 +38,8 @@ def _readable(request: HttpRequest, answers: list[Answer]) -> list[Answer]:
 def waiting_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
     ids = OrgUnit.objects.filter(subtree("path", unit.path), archived_at__isnull=True).values_list("id", flat=True)
     answers = _readable(request, unit_waiting(list(ids), limit=20))
-    return {"waiting": [{"a": a, "name": a.record.job_id.partition("/")[2]} for a in answers]}
+    jobs = readable_jobs(request.user, unit_waiting_slurm(list(ids), limit=20))
+    return {"waiting": [{"a": a, "name": a.record.job_id.partition("/")[2]} for a in answers], "waiting_slurm": jobs}
 
 
 @login_required
@@ -48,6 +51,18 @@ def waiting_page(request: HttpRequest, cluster: str, namespace: str, name: str) 
         raise Http404("no such workload that you may read")
     answer = explain_record(record)
     return render(request, "accounting/waiting.html", {"a": answer, "ways": _ways(request, answer)})
+
+
+@login_required
+def slurm_waiting_page(request: HttpRequest, cluster: str, job: str) -> HttpResponse:
+    found = Cluster.objects.filter(name=cluster, kind=ClusterKind.SLURM).first()
+    try:
+        answer = explain_slurm_job(found, job) if found else None
+    except SlurmError as exc:
+        return render(request, "accounting/waiting_slurm.html", {"problem": f"squeue on {cluster}: {exc}"}, status=503)
+    if answer is None or not readable_jobs(request.user, [answer]):
+        raise Http404("no such job in the cluster's queue that you may read")
+    return render(request, "accounting/waiting_slurm.html", {"a": answer})
 
 
 def _ways(request: HttpRequest, answer: Answer) -> list[tuple[WayOut, str, str]]:

@@ -14,9 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db.models import DurationField, ExpressionWrapper, F, Max
 from django.utils import timezone
@@ -25,13 +23,9 @@ from accounting.models import FragmentationSample, SourceKind, SourceRun, Worklo
 from accounting.policy.estimate import Band, Calibration, PastJob, calibrate, wait_band
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
-from accounting.policy.slurm_qos import parse_assoc_mgr_qos, qos_said
-from accounting.policy.slurm_waiting import FORMAT, QueuedJob, SlurmMaps, explain_slurm, parse_squeue, slurm_view
 from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
-from accounting.services.ingest import slurm_cluster_name
 from accounting.services.kueue_queues import cached_queue
-from quotas.integrations.slurm import SlurmError, SlurmInventory
-from quotas.models import Cluster, OrgUnit, ResourceFlavor
+from quotas.models import Cluster, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
 from quotas.policy.placement import matching_flavors
 from quotas.policy.quantity import Resource
@@ -43,8 +37,22 @@ WAITING_STATES = (EndState.PENDING.value, EndState.REQUEUED.value, EndState.PREE
 KINDS = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "rayjob": "RayJob", "raycluster": "RayCluster"}
 
 
+class BandTimes:
+    """``start_after`` / ``start_by``: an answer's band as times from now (the portal shows them)."""
+
+    estimate: Band | None
+
+    @property
+    def start_after(self) -> datetime | None:
+        return timezone.now() + timedelta(seconds=self.estimate.after_s) if self.estimate else None
+
+    @property
+    def start_by(self) -> datetime | None:
+        return timezone.now() + timedelta(seconds=self.estimate.by_s) if self.estimate else None
+
+
 @dataclass(frozen=True)
-class Answer:
+class Answer(BandTimes):
     """An explanation with the record it explains and the ways out as checked."""
 
     record: WorkloadRecord
@@ -59,16 +67,8 @@ class Answer:
     """Kueue's own figures for its ClusterQueue (GPUs used and borrowed per flavor, pending, admitted) with
     their age, from the watcher's cache (accounting.services.kueue_queues); '' when none is cached."""
 
-    @property
-    def start_after(self) -> datetime | None:
-        return timezone.now() + timedelta(seconds=self.estimate.after_s) if self.estimate else None
 
-    @property
-    def start_by(self) -> datetime | None:
-        return timezone.now() + timedelta(seconds=self.estimate.by_s) if self.estimate else None
-
-
-def _flavors(cluster: Cluster) -> list[ResourceFlavor]:
+def cluster_flavors(cluster: Cluster) -> list[ResourceFlavor]:
     return list(ResourceFlavor.objects.filter(cluster=cluster).order_by("queue_order", "name"))
 
 
@@ -81,7 +81,7 @@ def observed_at(cluster: Cluster) -> datetime | None:
 def live_view(cluster: Cluster, *, units: Iterable[int] | None = None) -> LiveView:
     """What every admitted workload of the cluster holds, and what waits (only ``units``' when given):
     two queries."""
-    flavors = _flavors(cluster)
+    flavors = cluster_flavors(cluster)
     keys = {f.name: f.key for f in flavors}
     labels = {f.name: dict(f.node_labels or {}) for f in flavors}
     holding = tuple(
@@ -168,7 +168,7 @@ def explain_record(
         )
     now = timezone.now()
     explanation = explain(snapshot, view, target, now=now)
-    checked = tuple((w, _problem(snapshot, record.unit_id, w)) for w in explanation.ways_out)
+    checked = tuple((w, way_blocked_by(snapshot, record.unit_id, w)) for w in explanation.ways_out)
     age = (now - view.observed_at).total_seconds() if view.observed_at else None
     waited = (now - record.submitted_at).total_seconds() if record.submitted_at else 0.0
     band = (
@@ -184,7 +184,7 @@ def _queue_says(record: WorkloadRecord) -> str:
     status, at = cached_queue(record.cluster, str(resources.get("clusterQueue") or resources.get("queue") or ""))
     if status is None or at is None:
         return ""
-    keys = {f.name: f.key for f in _flavors(record.cluster)}
+    keys = {f.name: f.key for f in cluster_flavors(record.cluster)}
     return f"{status.said(keys)} (read {max(0.0, (timezone.now() - at).total_seconds()):.0f} s ago)"
 
 
@@ -206,7 +206,7 @@ def unit_waiting(unit_ids: Iterable[int], *, limit: int = 50) -> list[Answer]:
     return out
 
 
-def _problem(snapshot: OrgSnapshot, unit_id: int | None, way: WayOut) -> str:
+def way_blocked_by(snapshot: OrgSnapshot, unit_id: int | None, way: WayOut) -> str:
     """Why a quota change cannot be made as one edit ('' when the invariants accept it)."""
     if way.change is None or unit_id is None or way.flavor is None:
         return ""
@@ -215,85 +215,6 @@ def _problem(snapshot: OrgSnapshot, unit_id: int | None, way: WayOut) -> str:
     edit = replace(old, guarantee=way.change["guarantee"], burst=way.change["burst"])
     problems = check_quota_edits(snapshot, {key: edit})
     return "; ".join(f"{p.message} ({p.hint})" if p.hint else p.message for p in problems[:2])
-
-
-# --- Slurm: squeue, read at most every ALLOT_SLURM_QUEUE_SECONDS and shared through the cache ---------------
-@dataclass(frozen=True)
-class SlurmAnswer:
-    cluster: Cluster
-    job: QueuedJob
-    unit_path: str
-    explanation: Explanation
-    ways_out: tuple[tuple[WayOut, str], ...]
-    age_s: float | None
-    estimate: Band | None = None
-    calibration: Calibration | None = None
-    queue_says: str = ""
-    """slurmctld's own figures for the job's account QOS (GPUs held of each limit), read with the queue."""
-
-
-def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tuple[list[QueuedJob], datetime]:
-    """The cluster's queue as ``squeue`` lists it (every state), read again only when the copy in the
-    shared cache is older than ALLOT_SLURM_QUEUE_SECONDS: every web and worker process reads the same one."""
-    key = f"allot:squeue:{cluster.pk}"
-    cached = cache.get(key)
-    now = timezone.now()
-    if cached is not None and (now - cached[1]).total_seconds() < settings.ALLOT_SLURM_QUEUE_SECONDS:
-        return parse_squeue(cached[0], ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), cached[1]
-    runner = runner or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
-    text = runner.queue(slurm_cluster_name(cluster), FORMAT)
-    cache.set(key, (text, now), timeout=max(60, 10 * settings.ALLOT_SLURM_QUEUE_SECONDS))
-    return parse_squeue(text, ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), now
-
-
-def slurm_maps(cluster: Cluster) -> SlurmMaps:
-    units: dict[str, int] = {}
-    paths: dict[int, str] = {}
-    for uid, slug, account, path in OrgUnit.objects.filter(archived_at__isnull=True).values_list(
-        "id", "slug", "slurm_account", "path"
-    ):
-        units.setdefault(account or slug, uid)
-        paths[uid] = path
-    flavors = {f.name: f.key for f in _flavors(cluster)}
-    default = next(iter(flavors.values()), "")
-    return SlurmMaps(cluster.name, units, paths, flavors, default, cluster.slurm_qos_prefix)
-
-
-def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory | None = None) -> SlurmAnswer | None:
-    jobs, at = slurm_queue(cluster, runner=runner)
-    job = next((j for j in jobs if j.job_id == job_id), None)
-    if job is None:
-        return None
-    maps, snapshot = slurm_maps(cluster), org_snapshot()
-    now = timezone.now()
-    view = replace(slurm_view(jobs, maps, at), blocks=blocks(_flavors(cluster)))
-    explanation = explain_slurm(snapshot, view, job, maps, now=now, queue=jobs)
-    unit = maps.units.get(job.account)
-    checked = tuple((w, _problem(snapshot, unit, w)) for w in explanation.ways_out)
-    waited = (now - job.submitted).total_seconds() if job.submitted else 0.0
-    band = estimate(cluster, unit, maps.flavor(job), waited)
-    qos = [f"{maps.qos_prefix}guar-{job.account}", f"{maps.qos_prefix}burst-{job.account}"]
-    if job.qos not in qos:
-        qos.insert(0, job.qos)
-    return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds(),
-                       band, calibration(cluster), _qos_says(cluster, qos, job.gpu_type, runner))  # fmt: skip
-
-
-def _qos_says(cluster: Cluster, names: list[str], gpu_type: str | None, runner: SlurmInventory | None) -> str:
-    """The job's QOS as slurmctld counts them, read at most every ALLOT_SLURM_QUEUE_SECONDS per set of QOS and
-    shared through the cache; '' when slurmctld cannot be asked (the explanation stands without it)."""
-    key = f"allot:qos-usage:{cluster.pk}:{','.join(names)}"
-    cached = cache.get(key)
-    now = timezone.now()
-    if cached is None or (now - cached[1]).total_seconds() >= settings.ALLOT_SLURM_QUEUE_SECONDS:
-        runner = runner or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
-        try:
-            cached = (runner.qos_usage(slurm_cluster_name(cluster), names), now)
-        except SlurmError:
-            return ""
-        cache.set(key, cached, timeout=max(60, 10 * settings.ALLOT_SLURM_QUEUE_SECONDS))
-    said = qos_said(parse_assoc_mgr_qos(cached[0]), names, gpu_type)
-    return f"{said} (read {(now - cached[1]).total_seconds():.0f} s ago)" if said else ""
 
 
 # --- when: a band from the cluster's recorded waits, and its calibration (accounting.policy.estimate) -------
@@ -309,7 +230,7 @@ def _one(found: Explanation) -> str:
 def past_jobs(cluster: Cluster, *, days: int = HISTORY_DAYS) -> list[PastJob]:
     """The cluster's recorded jobs submitted in the last ``days`` that started: one query."""
     since = timezone.now() - timedelta(days=days)
-    keys = {f.name: f.key for f in _flavors(cluster)}
+    keys = {f.name: f.key for f in cluster_flavors(cluster)}
     rows = WorkloadRecord.objects.filter(
         cluster=cluster, submitted_at__gte=since, admitted_at__isnull=False, admitted_at__gte=F("submitted_at")
     ).values_list("unit_id", "flavor_name", "submitted_at", "admitted_at")

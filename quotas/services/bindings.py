@@ -82,6 +82,20 @@ def membership_add(
     ).first()
     if found:
         return found
+    taken = (
+        Membership.objects.filter(unit=unit, slurm_username=slurm_username, slurm_cluster=slurm_cluster)
+        .select_related("user")
+        .first()
+        if slurm_username
+        else None
+    )
+    if taken is not None:  # the same Slurm username with another (or no) person: one membership per username
+        held = f"by {taken.user.get_username()}" if taken.user else "without a portal user"
+        raise InputError(
+            "slurm_username",
+            f"{slurm_username} is already a member of {unit.path} {held}",
+            "remove that membership first, or add the person without the Slurm username",
+        )
     member = Membership(unit=unit, user=user, slurm_username=slurm_username, slurm_cluster=slurm_cluster)
     full_clean(member)
     member.save()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import override_settings
 
-from accounting.services.waiting import explain_slurm_job
+from accounting.services.slurm_waiting import explain_slurm_job
 from quotas.services.sync import cluster_sync
 from tests.accounting.test_slurm_usage import sbatch
 from tests.quotas import test_slurm_sync
@@ -55,6 +56,7 @@ def test_a_job_over_its_guarantee_qos_is_explained_and_the_other_qos_runs_it(lab
         assert answer.queue_says.startswith("Slurm: QOS guar-nlp 2 of 2, burst-nlp 0 of "), answer.queue_says
         other = next(w for w, problem in answer.ways_out if w.kind == "other-qos")
         assert "--qos=burst-nlp" in other.text
+        _in_the_portal_and_the_units_list(lab, waiting)
         moved = sbatch("alice", "nlp", 1, "sleep 1", "--qos=burst-nlp")  # the way out, taken
         assert _wait(moved, {"RUNNING", "COMPLETING", ""}), _sh("squeue", "-h", "-o", "%i|%q|%T|%r").stdout
 
@@ -82,6 +84,34 @@ def test_a_job_over_its_guarantee_qos_is_explained_and_the_other_qos_runs_it(lab
     finally:
         for user in ("alice", "bob", "dave"):
             _sh("scancel", "-u", user)
+
+
+def _in_the_portal_and_the_units_list(lab, job: str) -> None:
+    """The waiting job on its unit's page (Waiting now) and in the unit's waiting list, with a page of its own —
+    for a member of the unit, not for somebody else under the leads' rule."""
+    from django.test import Client
+    from django.urls import reverse
+
+    from quotas import services
+
+    member = User.objects.create_user("alice-portal")
+    services.membership_add(actor=lab.admin, reason="t", unit=lab.nlp, user=member)
+    stranger = User.objects.create_user("carol-portal")
+    with override_settings(ALLOT_SHOWBACK_VISIBILITY="leads"):
+        client = Client()
+        client.force_login(member)
+        page = client.get(reverse("quotas:unit", args=[lab.nlp.pk]))
+        assert page.status_code == 200
+        assert f'id="waiting-slurm-{lab.slurm.name}-{job}"' in page.content.decode()
+        own = client.get(reverse("quotas:waiting-slurm", args=[lab.slurm.name, job]))
+        assert own.status_code == 200 and "QOSGrpGRES" in own.content.decode()
+        assert "its guarantee QOS guar-nlp is full" in own.content.decode()
+        listed = client.get("/api/v1/waiting/", {"unit": lab.nlp.path}).json()["waiting"]
+        assert f"job {job} (wrap)" in [w["workload"] for w in listed]
+        client.force_login(stranger)
+        assert client.get(reverse("quotas:waiting-slurm", args=[lab.slurm.name, job])).status_code == 404
+        listed = client.get("/api/v1/waiting/", {"unit": lab.nlp.path}).json()["waiting"]
+        assert f"job {job} (wrap)" not in [w["workload"] for w in listed]
 
 
 def _quiet():

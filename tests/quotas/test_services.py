@@ -280,3 +280,19 @@ def test_a_slurm_dump_whose_limits_break_the_invariants_imports_nothing(org, tmp
     assert ml.kind == "team" and ml.memberships.get().slurm_username == "ann"
     with pytest.raises(CommandError, match="cannot read"):
         call_command("allot_import_slurm", "--cluster", "slurm-b", "--from-dump", str(tmp_path / "missing.cfg"))
+
+
+def test_a_slurm_username_already_a_member_is_refused_naming_it_and_nothing_is_written(org):
+    from django.contrib.auth.models import User
+
+    services.membership_add(actor=org.admin, reason="t", unit=org.nlp, slurm_username="alice")
+    again = services.membership_add(actor=org.admin, reason="t", unit=org.nlp, slurm_username="alice")
+    assert again.user is None  # the same membership again: idempotent
+    person = User.objects.create_user("alice-portal")
+    before = AuditEvent.objects.count()
+    with pytest.raises(InputError) as refused:
+        services.membership_add(actor=org.admin, reason="t", unit=org.nlp, user=person, slurm_username="alice")
+    assert list(refused.value.errors) == ["slurm_username"]
+    assert f"alice is already a member of {org.nlp.path} without a portal user" in str(refused.value)
+    assert AuditEvent.objects.count() == before
+    services.membership_add(actor=org.admin, reason="t", unit=org.nlp, user=person)  # without the username: fine
