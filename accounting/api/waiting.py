@@ -21,7 +21,7 @@ from accounting.models import WorkloadRecord
 from accounting.policy.estimate import HIGH, LOW, MIN_BASIS, Band, Calibration
 from accounting.policy.waiting import Explanation, WayOut
 from accounting.selectors.visibility import may_read_job, work_rule
-from accounting.services.slurm_waiting import SlurmAnswer, explain_slurm_job, readable_jobs, unit_waiting_slurm
+from accounting.services.slurm_waiting import SlurmAnswer, explain_slurm_job, unit_waiting_slurm
 from accounting.services.waiting import HISTORY_DAYS, Answer, explain_record, find_waiting, unit_waiting
 from quotas.integrations.slurm import SlurmError
 from quotas.models import Cluster, ClusterKind, OrgUnit
@@ -231,7 +231,7 @@ def waiting_list(request: Request) -> Response:
             WorkloadRecord.objects.filter(rule, pk__in=[a.record.pk for a in answers]).values_list("pk", flat=True)
         )
         answers = [a for a in answers if a.record.pk in allowed]
-    jobs = readable_jobs(request.user, unit_waiting_slurm(list(ids)))
+    jobs = unit_waiting_slurm(list(ids), reader=request.user)
     return Response(
         {"unit": unit.path, "waiting": [answer_json(a) for a in answers] + [slurm_answer_json(a) for a in jobs]}
     )

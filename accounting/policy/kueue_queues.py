@@ -22,13 +22,10 @@ class QueueStatus:
     gpus: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Flavor name → (GPUs used, of them borrowed), as Kueue counts them."""
 
-    def said(self, flavors: Mapping[str, str] | None = None) -> str:
-        """One line in Kueue's own figures; ``flavors`` maps a flavor name to the key shown (cluster/flavor)."""
-        names = flavors or {}
+    def said(self, prefix: str = "") -> str:
+        """One line in Kueue's own figures; each flavor named ``prefix`` + its name (``cluster/`` for its key)."""
         used = ", ".join(
-            f"{names.get(f, f)} {u} used" + (f" ({b} borrowed)" if b else "")
-            for f, (u, b) in sorted(self.gpus.items())
-            if u
+            f"{prefix}{f} {u} used" + (f" ({b} borrowed)" if b else "") for f, (u, b) in sorted(self.gpus.items()) if u
         )
         return (
             f"Kueue: ClusterQueue {self.name} — {used or 'no GPUs used'}; {self.pending} pending, "

@@ -38,7 +38,7 @@ def _readable(request: HttpRequest, answers: list[Answer]) -> list[Answer]:
 def waiting_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) -> dict[str, Any]:
     ids = OrgUnit.objects.filter(subtree("path", unit.path), archived_at__isnull=True).values_list("id", flat=True)
     answers = _readable(request, unit_waiting(list(ids), limit=20))
-    jobs = readable_jobs(request.user, unit_waiting_slurm(list(ids), limit=20))
+    jobs = unit_waiting_slurm(list(ids), reader=request.user, limit=20)
     return {"waiting": [{"a": a, "name": a.record.job_id.partition("/")[2]} for a in answers], "waiting_slurm": jobs}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -50,18 +51,33 @@ def work_rule(user: Any) -> Q | None:
     return within_any("unit__path", paths) | Q(owner=user.get_username()) | Q(unit_id__in=list(units))
 
 
-def may_read_job(user: Any, unit_id: int | None, unit_path: str, owner: str) -> bool:
-    """The work rule for a job that is no record (a Slurm job read from squeue): the usage rule on its unit,
-    its owner (by username or a membership's Slurm username), and the members of its unit."""
+def job_reader(user: Any) -> Callable[[int | None, str, str], bool]:
+    """The work rule for jobs that are no record (Slurm jobs read from squeue), read for ``user`` once (two
+    queries) and then asked per job — ``(unit id, unit path, owner)``: the usage rule on its unit, its owner (by
+    username or a membership's Slurm username), and the members of its unit."""
     from quotas.access import cost_readable_paths
     from quotas.models import Membership
 
     if not getattr(user, "is_authenticated", False):
-        return False
+        return lambda _unit, _path, _owner: False
     paths = cost_readable_paths(user)
-    if paths is None or (unit_path and any(unit_path == p or unit_path.startswith(f"{p}/") for p in paths)):
-        return True
-    mine = Membership.objects.filter(user=user)
-    if owner and (user.get_username() == owner or mine.filter(slurm_username=owner).exists()):
-        return True
-    return unit_id is not None and mine.filter(unit_id=unit_id).exists()
+    if paths is None:
+        return lambda _unit, _path, _owner: True
+    units: set[int] = set()
+    names = {user.get_username()}
+    for unit_id, slurm_username in Membership.objects.filter(user=user).values_list("unit_id", "slurm_username"):
+        units.add(unit_id)
+        if slurm_username:
+            names.add(slurm_username)
+
+    def may(unit_id: int | None, unit_path: str, owner: str) -> bool:
+        if unit_path and any(unit_path == p or unit_path.startswith(f"{p}/") for p in paths):
+            return True
+        return bool(owner and owner in names) or (unit_id is not None and unit_id in units)
+
+    return may
+
+
+def may_read_job(user: Any, unit_id: int | None, unit_path: str, owner: str) -> bool:
+    """:func:`job_reader` for one job."""
+    return job_reader(user)(unit_id, unit_path, owner)

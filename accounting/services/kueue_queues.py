@@ -33,6 +33,19 @@ def _key(cluster: Cluster, name: str) -> str:
     return f"allot:cq:{cluster.pk}:{name}"
 
 
+def _seen_key(cluster: Cluster) -> str:
+    return f"allot:cq-seen:{cluster.pk}"
+
+
+def _alive(cluster: Cluster, names: set[str]) -> None:
+    """The watch is open (or ended at its timeout) with every change up to now applied: what is cached is
+    current as of now. Said once per watch call, so a queue that never changes is neither shown as old nor
+    dropped from the cache while its watcher runs."""
+    cache.set(_seen_key(cluster), timezone.now().isoformat(), timeout=KEEP_SECONDS)
+    for name in names:
+        cache.touch(_key(cluster, name), timeout=KEEP_SECONDS)
+
+
 def _store(cluster: Cluster, items: list[dict[str, Any]], at: datetime) -> int:
     found = {_key(cluster, s.name): {**to_json(s), "at": at.isoformat()} for s in map(queue_status, items) if s.name}
     cache.set_many(found, timeout=KEEP_SECONDS)
@@ -50,19 +63,27 @@ def queues_follow(
 ) -> None:
     """List, then watch ClusterQueues until ``stop()``, keeping each one's status in the cache."""
     cursor = ""
+    names: set[str] = set()
     while not stop():
         try:
             if not cursor:
-                _, cursor = queues_resync(cluster=cluster, client=client)
+                items, cursor = client.list_pages("clusterqueues")
+                _store(cluster, items, timezone.now())
+                names = {str((i.get("metadata") or {}).get("name") or "") for i in items} - {""}
             opened = time.monotonic()
+            _alive(cluster, names)
             for kind, obj in client.watch("clusterqueues", cursor, timeout_seconds=timeout_seconds):
                 cursor = str((obj.get("metadata") or {}).get("resourceVersion") or cursor)
+                name = str((obj.get("metadata") or {}).get("name") or "")
                 if kind in ("ADDED", "MODIFIED"):
                     _store(cluster, [obj], timezone.now())
+                    names.add(name)
                 elif kind == "DELETED":
-                    cache.delete(_key(cluster, str((obj.get("metadata") or {}).get("name") or "")))
+                    cache.delete(_key(cluster, name))
+                    names.discard(name)
                 if stop():
                     return
+            _alive(cluster, names)  # the server ended the watch at its timeout: nothing changed unseen
             if time.monotonic() - opened < 1:
                 time.sleep(1)  # a watch the server ended at once: not again in a tight loop
         except ClusterCallError as exc:
@@ -74,8 +95,11 @@ def queues_follow(
 
 
 def cached_queue(cluster: Cluster, name: str) -> tuple[QueueStatus | None, datetime | None]:
-    """The ClusterQueue's last status and when it was read; (None, None) when none is cached."""
+    """The ClusterQueue's last status and as of when it is known current (its last change read, or the
+    watcher's last word that nothing changed since, whichever is later); (None, None) when none is cached."""
     data = cache.get(_key(cluster, name)) if name else None
     if not data:
         return None, None
-    return from_json(data), datetime.fromisoformat(data["at"])
+    seen = cache.get(_seen_key(cluster))
+    at = datetime.fromisoformat(data["at"])
+    return from_json(data), max(at, datetime.fromisoformat(seen)) if seen else at

@@ -15,7 +15,6 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from accounting.policy.estimate import Band, Calibration
 from accounting.policy.slurm_qos import parse_assoc_mgr_qos, qos_said
 from accounting.policy.slurm_waiting import (
     FORMAT,
@@ -26,28 +25,23 @@ from accounting.policy.slurm_waiting import (
     parse_squeue,
     slurm_view,
 )
-from accounting.policy.waiting import Explanation, WayOut
-from accounting.selectors.visibility import may_read_job
+from accounting.policy.waiting import LiveView
+from accounting.selectors.visibility import job_reader
 from accounting.services.ingest import slurm_cluster_name
-from accounting.services.waiting import BandTimes, blocks, calibration, cluster_flavors, estimate, way_blocked_by
+from accounting.services.waiting import Told, blocks, calibration, cluster_flavors, estimate, way_blocked_by
 from quotas.integrations.slurm import SlurmError, SlurmInventory
 from quotas.models import Cluster, ClusterKind, OrgUnit
 from quotas.policy.snapshot import OrgSnapshot
 from quotas.selectors import org_snapshot
 
 
-@dataclass(frozen=True)
-class SlurmAnswer(BandTimes):
+@dataclass(frozen=True, kw_only=True)
+class SlurmAnswer(Told):
+    """A Slurm job's answer: the job as squeue lists it; ``queue_says`` is slurmctld's count of its QOS."""
+
     cluster: Cluster
     job: QueuedJob
     unit_path: str
-    explanation: Explanation
-    ways_out: tuple[tuple[WayOut, str], ...]
-    age_s: float | None
-    estimate: Band | None = None
-    calibration: Calibration | None = None
-    queue_says: str = ""
-    """slurmctld's own figures for the job's account QOS (GPUs held of each limit), read with the queue."""
 
 
 def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tuple[list[QueuedJob], datetime]:
@@ -82,15 +76,18 @@ def explain_slurm_job(cluster: Cluster, job_id: str, *, runner: SlurmInventory |
     job = next((j for j in jobs if j.job_id == job_id), None)
     if job is None:
         return None
-    return _answer(cluster, jobs, at, job, slurm_maps(cluster), org_snapshot(), runner)
+    maps = slurm_maps(cluster)
+    return _answer(cluster, _view(cluster, jobs, at, maps), jobs, job, maps, org_snapshot(), runner)
 
 
-def unit_waiting_slurm(unit_ids: Iterable[int], *, limit: int = 50) -> list[SlurmAnswer]:
-    """The pending jobs of units on every enabled Slurm cluster, the oldest ``limit`` of them, each explained:
-    each cluster's queue read through the shared cache; a cluster whose squeue cannot be read is left out (and
-    not asked again for ALLOT_SLURM_QUEUE_SECONDS)."""
+def unit_waiting_slurm(unit_ids: Iterable[int], *, reader: Any = None, limit: int = 50) -> list[SlurmAnswer]:
+    """The pending jobs of units on every enabled Slurm cluster that ``reader`` may read (None: every one), the
+    oldest ``limit`` of them, each explained (only those): each cluster's queue read through the shared cache;
+    a cluster whose squeue cannot be read is left out (and not asked again for ALLOT_SLURM_QUEUE_SECONDS)."""
     ids = set(unit_ids)
-    picked: list[tuple[Cluster, list[QueuedJob], datetime, QueuedJob, SlurmMaps]] = []
+    may = job_reader(reader) if reader is not None else None
+    picked: list[tuple[Cluster, QueuedJob]] = []
+    queues: dict[int, tuple[list[QueuedJob], datetime, SlurmMaps]] = {}
     for cluster in Cluster.objects.filter(kind=ClusterKind.SLURM, enabled=True).exclude(connection_ref=""):
         failed = f"allot:squeue-failed:{cluster.pk}"
         if cache.get(failed):
@@ -101,44 +98,66 @@ def unit_waiting_slurm(unit_ids: Iterable[int], *, limit: int = 50) -> list[Slur
             cache.set(failed, True, timeout=max(1, settings.ALLOT_SLURM_QUEUE_SECONDS))
             continue
         maps = slurm_maps(cluster)
-        mine = [j for j in jobs if j.state in WAITING and maps.units.get(j.account) in ids]
-        picked += [(cluster, jobs, at, job, maps) for job in mine]
+        queues[cluster.pk] = (jobs, at, maps)
+        for job in jobs:
+            unit = maps.units.get(job.account)
+            if job.state in WAITING and unit in ids and (may is None or may(unit, maps.paths.get(unit, ""), job.user)):
+                picked.append((cluster, job))
     if not picked:
         return []
     far = timezone.now()
-    picked.sort(key=lambda p: (p[3].submitted or far, p[0].name, p[3].job_id))
+    picked = sorted(picked, key=lambda p: (p[1].submitted or far, p[0].name, p[1].job_id))[:limit]
     snapshot = org_snapshot()
-    return [_answer(cluster, jobs, at, job, maps, snapshot, None) for cluster, jobs, at, job, maps in picked[:limit]]
+    views: dict[int, LiveView] = {}
+    found = []
+    for cluster, job in picked:
+        jobs, at, maps = queues[cluster.pk]
+        if cluster.pk not in views:  # one live view per cluster, however many of its jobs are shown
+            views[cluster.pk] = _view(cluster, jobs, at, maps)
+        found.append(_answer(cluster, views[cluster.pk], jobs, job, maps, snapshot, None))
+    return found
+
+
+def _view(cluster: Cluster, jobs: list[QueuedJob], at: datetime, maps: SlurmMaps) -> LiveView:
+    return replace(slurm_view(jobs, maps, at), blocks=blocks(cluster_flavors(cluster)))
 
 
 def readable_jobs(user: Any, answers: list[SlurmAnswer]) -> list[SlurmAnswer]:
-    """The answers whose job the reader may read (the work rule for a job that is no record: may_read_job)."""
+    """The answers whose job the reader may read (the work rule for a job that is no record: job_reader)."""
+    may = job_reader(user)
     paths = {a.unit_path for a in answers}
     units = dict(OrgUnit.objects.filter(path__in=paths).values_list("path", "id"))
-    return [a for a in answers if may_read_job(user, units.get(a.unit_path), a.unit_path, a.job.user)]
+    return [a for a in answers if may(units.get(a.unit_path), a.unit_path, a.job.user)]
 
 
 def _answer(
     cluster: Cluster,
+    view: LiveView,
     jobs: list[QueuedJob],
-    at: datetime,
     job: QueuedJob,
     maps: SlurmMaps,
     snapshot: OrgSnapshot,
     runner: SlurmInventory | None,
 ) -> SlurmAnswer:
     now = timezone.now()
-    view = replace(slurm_view(jobs, maps, at), blocks=blocks(cluster_flavors(cluster)))
     explanation = explain_slurm(snapshot, view, job, maps, now=now, queue=jobs)
     unit = maps.units.get(job.account)
     checked = tuple((w, way_blocked_by(snapshot, unit, w)) for w in explanation.ways_out)
     waited = (now - job.submitted).total_seconds() if job.submitted else 0.0
-    band = estimate(cluster, unit, maps.flavor(job), waited)
     qos = [f"{maps.qos_prefix}guar-{job.account}", f"{maps.qos_prefix}burst-{job.account}"]
     if job.qos not in qos:
         qos.insert(0, job.qos)
-    return SlurmAnswer(cluster, job, maps.paths.get(unit or 0, ""), explanation, checked, (now - at).total_seconds(),
-                       band, calibration(cluster), _qos_says(cluster, qos, job.gpu_type, runner))  # fmt: skip
+    return SlurmAnswer(
+        cluster=cluster,
+        job=job,
+        unit_path=maps.paths.get(unit or 0, ""),
+        explanation=explanation,
+        ways_out=checked,
+        age_s=(now - view.observed_at).total_seconds() if view.observed_at else None,
+        estimate=estimate(cluster, unit, maps.flavor(job), waited),
+        calibration=calibration(cluster),
+        queue_says=_qos_says(cluster, qos, job.gpu_type, runner),
+    )
 
 
 def _qos_says(cluster: Cluster, names: list[str], gpu_type: str | None, runner: SlurmInventory | None) -> str:

@@ -37,10 +37,21 @@ WAITING_STATES = (EndState.PENDING.value, EndState.REQUEUED.value, EndState.PREE
 KINDS = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "rayjob": "RayJob", "raycluster": "RayCluster"}
 
 
-class BandTimes:
-    """``start_after`` / ``start_by``: an answer's band as times from now (the portal shows them)."""
+@dataclass(frozen=True, kw_only=True)
+class Told:
+    """What every waiting answer carries, Kueue's or Slurm's: the explanation, the ways out as checked, the age
+    of the live state, the band and its calibration, and the scheduler's own figures for the queue."""
 
-    estimate: Band | None
+    explanation: Explanation
+    ways_out: tuple[tuple[WayOut, str], ...]
+    """Each way out with why it cannot be taken as it is ('' when it can)."""
+    age_s: float | None
+    """Seconds since the live state was last refreshed from the scheduler; None: never."""
+    estimate: Band | None = None
+    calibration: Calibration | None = None
+    queue_says: str = ""
+    """The scheduler's own figures for its queue with their age (Kueue: the ClusterQueue from the watcher's cache,
+    accounting.services.kueue_queues; Slurm: the account's QOS); '' when none could be read."""
 
     @property
     def start_after(self) -> datetime | None:
@@ -51,21 +62,11 @@ class BandTimes:
         return timezone.now() + timedelta(seconds=self.estimate.by_s) if self.estimate else None
 
 
-@dataclass(frozen=True)
-class Answer(BandTimes):
-    """An explanation with the record it explains and the ways out as checked."""
+@dataclass(frozen=True, kw_only=True)
+class Answer(Told):
+    """A Kueue workload's answer: the record it explains."""
 
     record: WorkloadRecord
-    explanation: Explanation
-    ways_out: tuple[tuple[WayOut, str], ...]
-    """Each way out with why it cannot be taken as it is ('' when it can)."""
-    age_s: float | None
-    """Seconds since the live view was last refreshed from the scheduler; None: never."""
-    estimate: Band | None = None
-    calibration: Calibration | None = None
-    queue_says: str = ""
-    """Kueue's own figures for its ClusterQueue (GPUs used and borrowed per flavor, pending, admitted) with
-    their age, from the watcher's cache (accounting.services.kueue_queues); '' when none is cached."""
 
 
 def cluster_flavors(cluster: Cluster) -> list[ResourceFlavor]:
@@ -174,18 +175,27 @@ def explain_record(
     band = (
         estimate(record.cluster, record.unit_id, _one(explanation), waited) if record.state in WAITING_STATES else None
     )
-    return Answer(record, explanation, checked, age, band, calibration(record.cluster), _queue_says(record))
+    return Answer(
+        record=record,
+        explanation=explanation,
+        ways_out=checked,
+        age_s=age,
+        estimate=band,
+        calibration=calibration(record.cluster),
+        queue_says=_queue_says(record),
+    )
 
 
 def _queue_says(record: WorkloadRecord) -> str:
     """Its ClusterQueue as Kueue counts it: the one it was admitted to, else its LocalQueue's (Allot names a
-    LocalQueue after its ClusterQueue)."""
+    LocalQueue after its ClusterQueue). From the cache: no query, no request to the API server."""
     resources = record.resources or {}
     status, at = cached_queue(record.cluster, str(resources.get("clusterQueue") or resources.get("queue") or ""))
     if status is None or at is None:
         return ""
-    keys = {f.name: f.key for f in cluster_flavors(record.cluster)}
-    return f"{status.said(keys)} (read {max(0.0, (timezone.now() - at).total_seconds()):.0f} s ago)"
+    return (
+        f"{status.said(f'{record.cluster.name}/')} (read {max(0.0, (timezone.now() - at).total_seconds()):.0f} s ago)"
+    )
 
 
 def unit_waiting(unit_ids: Iterable[int], *, limit: int = 50) -> list[Answer]:

@@ -25,7 +25,7 @@ def test_the_gpus_used_and_the_counts_are_kueues_own():
     found = queue_status(cq)
     assert (found.name, found.pending, found.reserving, found.admitted) == ("cluster-queue", 0, 4, 3)
     assert dict(found.gpus) == {"default-flavor": (32, 0)}  # flavorsUsage: the 8 reserved are not in use
-    assert found.said({"default-flavor": "gke/default-flavor"}) == (
+    assert found.said("gke/") == (
         "Kueue: ClusterQueue cluster-queue — gke/default-flavor 32 used; 0 pending, 3 admitted"
     )
     assert from_json(to_json(found)) == found
