@@ -33,6 +33,7 @@ from quotas.policy import budgets as bud
 from quotas.policy import snapshot as snap
 from quotas.policy.kueue import KueueFlavor, KueueTarget
 from quotas.policy.quantity import Resource
+from quotas.policy.sharing import WHOLE, FlavorSharing, Profile, flavor_sharing
 
 
 def subtree(field: str, path: str) -> Q:
@@ -177,7 +178,13 @@ def _snapshot(units: QuerySet[OrgUnit], quotas: QuerySet[Quota], *, complete: bo
 def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
     result = {}
     for row in ResourceFlavor.objects.values(
-        "id", "physical_devices", "headroom_devices", "cpu_capacity", "memory_capacity", "cluster__kind"
+        "id",
+        "physical_devices",
+        "headroom_devices",
+        "cpu_capacity",
+        "memory_capacity",
+        "cluster__kind",
+        *SHARING_FIELDS,
     ):
         capacity = {}
         if row["cpu_capacity"] is not None:
@@ -191,8 +198,33 @@ def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
             row["headroom_devices"],
             MappingProxyType(capacity),
             lends_idle_guarantees=row["cluster__kind"] == ClusterKind.SLURM,
+            sharing=sharing_of(row),
         )
     return result
+
+
+SHARING_FIELDS = ("sharing", "accelerator_model", "device_memory_gb", "mig_profiles", "profile_weights", "shares")
+"""The flavor columns its sharing is read from (``sharing_of``)."""
+
+
+def shared_profiles(cluster: Cluster) -> tuple[Profile, ...]:
+    """The slice resources of a cluster's shared flavors (its Kueue configuration's transformations)."""
+    rows = ResourceFlavor.objects.filter(cluster=cluster).exclude(sharing="whole").order_by("name")
+    return tuple(p for row in rows.values(*SHARING_FIELDS) for p in sharing_of(row).profiles)
+
+
+def sharing_of(row: dict[str, Any]) -> FlavorSharing:
+    """A flavor's sharing from a ``values()`` row holding ``SHARING_FIELDS`` (checked when it was saved)."""
+    if row["sharing"] == "whole":
+        return WHOLE
+    return flavor_sharing(
+        row["sharing"],
+        accelerator_model=row["accelerator_model"],
+        memory_gb=row["device_memory_gb"],
+        profiles=row["mig_profiles"] or (),
+        weights=row["profile_weights"] or {},
+        shares=row["shares"],
+    )
 
 
 def _contracts() -> dict[str, snap.Contract]:
@@ -252,9 +284,10 @@ def kueue_target(cluster: Cluster) -> KueueTarget:
             tolerations=tuple(row["tolerations"] or ()),
             billing_weight=float(row["billing_weight"]),
             order=row["queue_order"],
+            sharing=sharing_of(row),
         )
         for row in ResourceFlavor.objects.filter(cluster=cluster).values(
-            "name", "node_labels", "tolerations", "billing_weight", "queue_order"
+            "name", "node_labels", "tolerations", "billing_weight", "queue_order", *SHARING_FIELDS
         )
     )
     namespaces: dict[int, list[str]] = {}

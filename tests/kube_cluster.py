@@ -37,7 +37,15 @@ from typing import Any
 import yaml
 
 from quotas.policy.kueue.config import kueue_configuration
+from quotas.policy.sharing import flavor_sharing
 from tests.ports import free_port
+
+SHARED_FLAVORS = {
+    "h100-mig": flavor_sharing("mig", accelerator_model="NVIDIA H100 80GB HBM3", memory_gb=80),
+    "gpu-shared": flavor_sharing("time-slicing", shares=4),
+}
+"""The shared flavors the plane's Kueue counts in GPU-equivalents (its configuration's transformations, as
+Allot serves them for a cluster with these flavors): tests that use slices use these."""
 
 ASSETS_ENV = "ALLOT_KUBE_ASSETS"
 HOW_TO_GET = (
@@ -291,7 +299,8 @@ class ControlPlane:
                     shutil.copy(self.pki.folder / name, fixed / name)
         # Allot's own fragment for a v0.13 Kueue (what an operator merges in), plus what runs it on loopback
         sharing = os.environ.get("ALLOT_TEST_KUEUE_SHARING", "fair")
-        config = kueue_configuration(sharing, version="v1beta1")
+        profiles = [p for spec in SHARED_FLAVORS.values() for p in spec.profiles]
+        config = kueue_configuration(sharing, version="v1beta1", profiles=profiles)
         config["integrations"]["frameworks"] = ["batch/job"]
         config["metrics"]["bindAddress"] = f"127.0.0.1:{free_port()}"
         config["featureGates"] = {**config.get("featureGates", {}), "VisibilityOnDemand": False}

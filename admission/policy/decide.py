@@ -134,8 +134,7 @@ def _ungoverned(policy: AdmissionPolicy, group: str, kind: str, obj: Mapping[str
     try:
         sets = pod_sets(group, kind, obj)
         asks = any(
-            any(n > 0 for n in podset.devices_per_pod(policy.accelerators).values())
-            or podset.ungoverned(policy.accelerators)
+            any(n > 0 for n in podset.devices_per_pod(policy.counted).values()) or podset.ungoverned(policy.counted)
             for podset in sets
         )
     except FractionalDeviceError:
@@ -259,6 +258,7 @@ def _set_spec(r: Review, key: str, value: Any) -> None:
 
 
 def _mutate(r: Review) -> None:
+    _pin_slices(r)
     rule = r.rule
     wanted_tier = r.tier_name() or rule.default_tier
     if not r.labels.get(LABEL_TIER) and wanted_tier:
@@ -308,6 +308,29 @@ def _mutate(r: Review) -> None:
         wanted = {k: r.labels[k] for k in GOVERNANCE_LABELS if r.labels.get(k)}
         for podset in r.sets:
             _template_labels(r, podset.template_pointer, wanted)
+
+
+def _pin_slices(r: Review) -> None:
+    """A pod set asking for the slices of one shared flavor, pinned nowhere, gets that flavor's node labels as
+    its node selector. Kueue counts every shared flavor's slices in one currency (allot.dev/gpu-equivalents), so
+    unpinned it could assign a time-sliced share to a MIG flavor whose nodes offer no such share."""
+    counted, weights = r.policy.counted, r.policy.weights
+    labels = {f.name: f.node_labels for f in r.policy.flavors}
+    for podset in r.sets:
+        asked = {counted[n] for n in podset.held_per_pod(weights)}
+        if len(asked) != 1 or None in asked or fitting_flavors(r, podset) is not None:
+            continue
+        wanted = dict(labels.get(str(next(iter(asked))), {}))
+        selector = podset.spec.get("nodeSelector")
+        if not isinstance(selector, Mapping):
+            if wanted:
+                r.patch.append({"op": "add", "path": f"{podset.pointer}/nodeSelector", "value": wanted})
+                podset.spec["nodeSelector"] = wanted  # type: ignore[index]
+            continue
+        for key, value in sorted(wanted.items()):
+            if key not in selector:
+                r.patch.append({"op": "add", "path": f"{podset.pointer}/nodeSelector/{_escape(key)}", "value": value})
+                selector[key] = value  # type: ignore[index]
 
 
 def _template_labels(r: Review, pointer: str, wanted: Mapping[str, str]) -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from functools import cached_property
 
 from quotas.policy.budget_effects import covers_all
 from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, period_bounds
 from quotas.policy.kueue.reach import reachable
 from quotas.policy.kueue.translate import CompileError, KueueTarget, compile_kueue, kueue_name, priority_class_name
 from quotas.policy.quantity import Resource
+from quotas.policy.sharing import EQUIVALENTS, GPU, MICRO
 from quotas.policy.snapshot import OrgSnapshot
 
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
@@ -45,6 +48,10 @@ class FlavorRule:
     name: str
     node_labels: Mapping[str, str]
     device_memory_gb: int
+    profiles: Mapping[str, tuple[str, Fraction]] = field(default_factory=dict)
+    """A shared flavor's slices (MIG profiles, MPS or time-sliced shares): per resource name, the profile's
+    name and its weight in GPU-equivalents. Empty: whole devices (``nvidia.com/gpu``)."""
+    sharing: str = "whole"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +98,10 @@ class NamespaceRule:
     grace_period_s: int | None
     checkpoint_every_s: int | None
     ceilings: Mapping[str, int]
-    """GPU ceiling per flavor name: the most this namespace's queue can ever hold — the tree's (guarantee +
-    burst, capped by every ancestor's) or, where it is lower, what Kueue can reach with the compiled
-    queues (quotas.policy.kueue.reach: a parent's own queue never takes its children's kept guarantees)."""
+    """GPU ceiling per flavor name (GPU-equivalents on a shared flavor): the most this namespace's queue can
+    ever hold — the tree's (guarantee + burst, capped by every ancestor's) or, where it is lower, what Kueue
+    can reach with the compiled queues (quotas.policy.kueue.reach: a parent's own queue never takes its
+    children's kept guarantees)."""
     budgets: tuple[BudgetRule, ...] = ()
 
 
@@ -109,6 +117,28 @@ class AdmissionPolicy:
     ungoverned_gpu: str = "deny"
     """A GPU request in a namespace no team holds: ``deny`` (refused, naming the fix) or ``allow`` (admitted
     with a warning). Anything that asks for no accelerator there is never blocked."""
+
+    @cached_property
+    def counted(self) -> Mapping[str, str | None]:
+        """Every resource counted as devices and its flavor: the configured accelerators and each shared
+        flavor's slices (a slice two flavors offer: whichever the pod lands on)."""
+        found: dict[str, str | None] = dict(self.accelerators)
+        for flavor in self.flavors:
+            for resource in flavor.profiles:
+                found[resource] = flavor.name if resource not in found else None
+        return found
+
+    @cached_property
+    def weights(self) -> Mapping[str, Fraction]:
+        """GPU-equivalents per unit of each slice resource (a resource not here weighs 1)."""
+        return {r: w for f in self.flavors for r, (_, w) in f.profiles.items()}
+
+    @cached_property
+    def whole_flavors(self) -> tuple[str, ...] | None:
+        """The flavors whole devices land on; None when every flavor is whole (any flavor)."""
+        if not any(f.profiles for f in self.flavors):
+            return None
+        return tuple(f.name for f in self.flavors if not f.profiles)
 
     @property
     def flavor_label_keys(self) -> frozenset[str]:
@@ -127,7 +157,13 @@ def compile_policy(
     """One rule per bound namespace. ``members``: usernames per unit; ``allowed_tiers``: tiers set on a
     unit (empty inherits from the parent; nothing set anywhere allows every tier)."""
     flavors = tuple(
-        FlavorRule(f.name, dict(f.node_labels), flavor_memory.get(f.key, 0))
+        FlavorRule(
+            f.name,
+            dict(f.node_labels),
+            flavor_memory.get(f.key, 0),
+            {p.resource: (p.name, p.weight) for p in f.sharing.profiles},
+            f.sharing.sharing.value,
+        )
         for f in sorted(target.flavors, key=lambda f: f.name)
     )
     tiers = {
@@ -137,7 +173,11 @@ def compile_policy(
     rules = {}
     budgets = _budget_rules(snapshot, target)
     try:
-        reach = {k: int(v) for k, v in reachable(compile_kueue(snapshot, target)).items() if k[2] == "nvidia.com/gpu"}
+        reach = {
+            k: int(v) if k[2] == GPU else int(v) // MICRO  # the currency of shared flavors is in millionths
+            for k, v in reachable(compile_kueue(snapshot, target)).items()
+            if k[2] in (GPU, EQUIVALENTS)
+        }
     except CompileError:  # the sync refuses such a tree with the reason; judge by the tree's ceilings meanwhile
         reach = {}
     for uid, namespaces in target.namespaces.items():
@@ -228,7 +268,8 @@ def _rule(
         tree = min(
             snapshot.quota(u, flavor.key, Resource.GPU).ceiling for u in [queue_unit, *snapshot.ancestors(queue_unit)]
         )
-        ceilings[flavor.name] = min(tree, reach.get((queue_name, flavor.name, "nvidia.com/gpu"), tree))
+        counted = EQUIVALENTS if flavor.sharing.shared else GPU
+        ceilings[flavor.name] = min(tree, reach.get((queue_name, flavor.name, counted), tree))
     return NamespaceRule(
         namespace=namespace,
         unit_path=unit.path,

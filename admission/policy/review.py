@@ -53,6 +53,8 @@ class Reason(StrEnum):
     EXCEEDS_CEILING = "exceeds_ceiling"
     UNKNOWN_FLAVOR = "unknown_flavor"
     UNGOVERNED_ACCELERATOR = "ungoverned_accelerator"
+    PROFILE_NOT_OFFERED = "profile_not_offered"
+    """A MIG profile or shared GPU no flavor it may land on offers (or whole GPUs pinned to a shared flavor)."""
     RUNTIME_REQUIRED = "runtime_required"
     RUNTIME_TOO_LONG = "runtime_too_long"
     CHECKPOINT_REQUIRED = "checkpoint_required"

@@ -9,7 +9,7 @@ to ``elasticPolicy.maxReplicas`` workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +60,19 @@ class PodSet:
         return self.pointer.removesuffix("/spec") if self.pointer != "/spec" else ""
 
     def devices_per_pod(self, resources: Mapping[str, str | None]) -> dict[str | None, int]:
-        """Devices one pod holds at its peak, per flavor (None: any flavor), under Kubernetes'
-        effective-request rule: the larger of the app containers plus sidecars (init containers with
-        ``restartPolicy: Always``) and, for each plain init container, itself plus the sidecars
-        started before it. ``resources`` maps counted resource names to their flavor."""
+        """Devices one pod holds at its peak, per flavor (None: any flavor); ``resources`` maps counted
+        resource names to their flavor (:meth:`held_per_pod` for the rule)."""
         peak: dict[str | None, int] = {}
-        for name, flavor in resources.items():
+        for name, total in self.held_per_pod(resources).items():
+            peak[resources[name]] = peak.get(resources[name], 0) + total
+        return peak
+
+    def held_per_pod(self, resources: Iterable[str]) -> dict[str, int]:
+        """Per resource name asked for: what one pod holds at its peak, under Kubernetes' effective-request
+        rule: the larger of the app containers plus sidecars (init containers with ``restartPolicy:
+        Always``) and, for each plain init container, itself plus the sidecars started before it."""
+        peak: dict[str, int] = {}
+        for name in resources:
             sidecars, init_peak = 0, 0
             for container in self.spec.get("initContainers") or []:
                 amount = _amount(container, name)
@@ -76,7 +83,7 @@ class PodSet:
             apps = sum(_amount(c, name) for c in self.spec.get("containers") or [])
             total = max(init_peak, apps + sidecars)
             if total:
-                peak[flavor] = peak.get(flavor, 0) + total
+                peak[name] = total
         return peak
 
     @property

@@ -6,6 +6,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from quotas.policy.sharing import FlavorSharing, flavor_sharing
+
 slug_validator = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
     "Use lowercase letters, digits and dashes (1–63 characters, starting and ending with a letter "
@@ -140,6 +142,13 @@ def validate_label_value(value: object) -> None:
         raise ValidationError(f"{value!r} is not a Kubernetes label value: give {problem}")
 
 
+class FlavorSharingMode(models.TextChoices):
+    WHOLE = "whole", "Whole devices"
+    MIG = "mig", "MIG slices (hardware partitions)"
+    MPS = "mps", "MPS shares (compute capped, memory shared)"
+    TIME_SLICING = "time-slicing", "Time-sliced shares (nothing isolated)"
+
+
 class ResourceFlavor(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=PROTECT, related_name="flavors")
     name = models.CharField(max_length=63, validators=[slug_validator])
@@ -166,6 +175,31 @@ class ResourceFlavor(models.Model):
         "billing weight, so older, cheaper pools fill first.",
     )
     price_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
+    sharing = models.CharField(
+        max_length=16,
+        choices=FlavorSharingMode.choices,
+        default=FlavorSharingMode.WHOLE,
+        help_text="How its devices are shared (the flavor's sharing contract): 'whole' devices (nvidia.com/gpu); "
+        "'mig' slices (nvidia.com/mig-<profile>, the device plugin's mixed strategy); 'mps' or 'time-slicing' "
+        "shares (nvidia.com/gpu.shared, the device plugin's renameByDefault). A shared flavor's quotas, budgets "
+        "and usage are in GPU-equivalents: a whole device is 1, a slice its weight.",
+    )
+    mig_profiles = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='MIG only: the profiles its nodes are partitioned into, e.g. ["1g.10gb", "3g.40gb"]; empty: '
+        "every profile of its part (A100-40GB/80GB, H100-80GB/94GB, H200-141GB, A30-24GB).",
+    )
+    profile_weights = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='MIG only: a weight in GPU-equivalents per profile that overrides Allot\'s rule, e.g. {"3g.40gb": '
+        '"3/7"}; required for a profile Allot has no figures for. The rule: the larger of the profile\'s compute '
+        "share and memory share of the device.",
+    )
+    shares = models.PositiveSmallIntegerField(
+        default=1, help_text="MPS and time-slicing only: shares per device (the device plugin's replicas), 2–64."
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -178,6 +212,27 @@ class ResourceFlavor(models.Model):
     @property
     def key(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def sharing_summary(self) -> str:
+        """Its sharing contract and slices in a line for people: empty for whole devices."""
+        spec = self.sharing_spec
+        if not spec.shared:
+            return ""
+        offers = ", ".join(f"{p.name} = {p.weight}" for p in spec.profiles)
+        return f"{self.get_sharing_display()}: {offers} GPU-equivalent ({spec.sharing.isolation})"
+
+    @property
+    def sharing_spec(self) -> FlavorSharing:
+        """Its sharing contract and profiles (quotas.policy.sharing); raises SharingError when unset right."""
+        return flavor_sharing(
+            self.sharing,
+            accelerator_model=self.accelerator_model,
+            memory_gb=self.device_memory_gb,
+            profiles=self.mig_profiles or (),
+            weights=self.profile_weights or {},
+            shares=self.shares,
+        )
 
     def __str__(self) -> str:
         return self.key

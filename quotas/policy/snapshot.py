@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from .budgets import Budget, BudgetSpend
 from .quantity import Resource
+from .sharing import WHOLE, FlavorSharing
 
 QuotaKey = tuple[int, str, Resource]
 """(unit id, flavor key, resource)."""
@@ -75,6 +76,8 @@ class Flavor:
     lends_idle_guarantees: bool = False
     """Any idle guaranteed device can be borrowed (Slurm: a burst QOS runs on any idle GPU), not only
     what units declare lendable (Kueue's ``lendingLimit``)."""
+    sharing: FlavorSharing = WHOLE
+    """Its sharing contract and profiles: a shared flavor's GPU figures are GPU-equivalents."""
 
     def physical(self, resource: Resource) -> int | None:
         if resource is Resource.GPU:

@@ -192,11 +192,16 @@ def _inside(snapshot: Any, children: list[OrgUnit]) -> list[dict[str, Any]]:
 def _row(q: Quota, allocated: int | None, reach: dict[str, int]) -> dict[str, Any]:
     resource = Resource(q.resource)
     largest = reach.get(q.flavor.key) if resource is Resource.GPU else None
+    spec = q.flavor.sharing_spec if resource is Resource.GPU else None
+    slices = None
+    if spec is not None and spec.shared:  # GPU-equivalents: what they hold in slices, too
+        slices = {"guarantee": spec.slices(q.guarantee), "ceiling": spec.slices(q.guarantee + q.burst)}
     return {
+        "slices": slices,
         "largest": "—" if largest is None else format_quantity(resource, largest),
         "allocated": "—" if allocated is None else format_quantity(resource, allocated),
         "flavor": q.flavor.key,
-        "resource": q.resource,
+        "resource": "GPU-equivalents" if slices else q.resource,
         "guarantee": format_quantity(resource, q.guarantee),
         "burst": format_quantity(resource, q.burst),
         "lendable": format_quantity(resource, q.lendable),

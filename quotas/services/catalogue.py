@@ -17,6 +17,7 @@ from quotas.models import (
 )
 from quotas.policy.contracts import check_promises
 from quotas.policy.invariants import check_contracts, check_flavor_capacity
+from quotas.policy.sharing import SharingError, conflicts
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot, roots_snapshot
 
@@ -107,12 +108,31 @@ def _check_capacity(flavor: ResourceFlavor) -> None:
         raise PolicyViolationError(problems)
 
 
+def _check_sharing(flavor: ResourceFlavor) -> None:
+    """Its sharing settings give profiles Allot can count, at the weights the cluster's other flavors give
+    the same resources."""
+    try:
+        spec = flavor.sharing_spec
+    except SharingError as exc:
+        raise InputError(exc.field, exc.message) from None
+    others = {}
+    for other in ResourceFlavor.objects.filter(cluster=flavor.cluster).exclude(pk=flavor.pk):
+        try:
+            others[other.name] = other.sharing_spec
+        except SharingError:
+            continue  # its own edit names what is wrong with it
+    clashes = conflicts({**others, flavor.name: spec})
+    if clashes:
+        raise InputError("profile_weights", clashes[0])
+
+
 @transaction.atomic
 def flavor_set(*, actor: Actor, reason: str, cluster: Cluster, name: str, **fields: Any) -> ResourceFlavor:
     """Create or update a flavor. Locks its row (as root quota edits do), then re-checks that the
     top-level guarantees still fit its reclaimable capacity."""
     reason = require_reason(reason)
     flavor, created, before, after = _upsert(ResourceFlavor, {"cluster": cluster, "name": name}, fields)
+    _check_sharing(flavor)
     _check_capacity(flavor)
     _audit(actor, reason, "flavor_set", flavor, flavor.key, created, before, after)
     return flavor

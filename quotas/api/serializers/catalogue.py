@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.api.serializers.fields import DurationField, ReasonMixin, Text, quantity_value
@@ -13,6 +14,7 @@ from quotas.models import (
     Cluster,
     ClusterKind,
     DriftPolicy,
+    FlavorSharingMode,
     KueueSharing,
     PreemptionPolicy,
     ReclamationContract,
@@ -71,6 +73,11 @@ class FlavorOut(serializers.ModelSerializer):
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     key = serializers.CharField(read_only=True)
     reserved_devices = serializers.SerializerMethodField()
+    profile_offers = serializers.SerializerMethodField(
+        help_text="A shared flavor's slices: per profile its resource name, its weight in GPU-equivalents (a "
+        "fraction, and the millionths Kueue charges), how many one GPU-equivalent holds, and how the weight was found."
+    )
+    isolation = serializers.SerializerMethodField(help_text="What its sharing contract isolates, in words.")
 
     class Meta:
         model = ResourceFlavor
@@ -91,10 +98,48 @@ class FlavorOut(serializers.ModelSerializer):
             "tolerations",
             "billing_weight",
             "price_per_device_hour",
+            "sharing",
+            "isolation",
+            "mig_profiles",
+            "profile_weights",
+            "shares",
+            "profile_offers",
         ]
 
     def get_reserved_devices(self, obj: ResourceFlavor) -> int:
         return sum(r.devices for r in obj.reservations.all())
+
+    def get_isolation(self, obj: ResourceFlavor) -> str:
+        return obj.sharing_spec.sharing.isolation
+
+    @extend_schema_field(
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "profile": {"type": "string"},
+                    "resource": {"type": "string"},
+                    "weight": {"type": "string"},
+                    "weight_micro": {"type": "integer"},
+                    "per_gpu_equivalent": {"type": "integer"},
+                    "rule": {"type": "string"},
+                },
+            },
+        }
+    )
+    def get_profile_offers(self, obj: ResourceFlavor) -> list[dict[str, Any]]:
+        return [
+            {
+                "profile": p.name,
+                "resource": p.resource,
+                "weight": str(p.weight),
+                "weight_micro": p.micro,
+                "per_gpu_equivalent": p.per_gpu,
+                "rule": p.rule,
+            }
+            for p in obj.sharing_spec.profiles
+        ]
 
 
 class FlavorIn(ReasonMixin):
@@ -111,6 +156,18 @@ class FlavorIn(ReasonMixin):
     tolerations = serializers.ListField(child=serializers.DictField(), required=False)
     billing_weight = serializers.DecimalField(max_digits=8, decimal_places=3, min_value=0, required=False)  # type: ignore[arg-type]
     price_per_device_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0, required=False)  # type: ignore[arg-type]
+    sharing = serializers.ChoiceField(choices=FlavorSharingMode.choices, required=False)
+    mig_profiles = serializers.ListField(
+        child=Text(max_length=16), required=False, help_text='MIG: the profiles its nodes offer, e.g. ["1g.10gb"]'
+    )
+    profile_weights = serializers.DictField(
+        child=Text(max_length=32),
+        required=False,
+        help_text='MIG: weights that override the rule, e.g. {"3g.40gb": "3/7"}',
+    )
+    shares = serializers.IntegerField(
+        min_value=1, max_value=64, required=False, help_text="MPS / time-slicing: shares per device"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         for field, resource in (("cpu_capacity", Resource.CPU), ("memory_capacity", Resource.MEMORY)):

@@ -90,7 +90,12 @@ class ClusterViewSet(CatalogueViewSet):
                 "version", f"{version!r} is not a Kueue configuration version", "use v1beta2 (Kueue v0.15+) or v1beta1"
             )
         try:
-            config = kueue_configuration(cluster.kueue_sharing, cluster.fairshare_half_life, version=version)
+            config = kueue_configuration(
+                cluster.kueue_sharing,
+                cluster.fairshare_half_life,
+                version=version,
+                profiles=selectors.shared_profiles(cluster),
+            )
         except KueueConfigError as exc:
             raise InputError("fairshare_half_life", str(exc)) from exc
         return Response({"cluster": cluster.name, "configuration": config, "yaml": render_yaml([config])})

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from quotas.models import Cluster, ClusterKind
 from quotas.policy.kueue import render_yaml
 from quotas.policy.kueue.config import KueueConfigError, kueue_configuration
+from quotas.selectors import shared_profiles
 
 
 class Command(BaseCommand):
@@ -34,7 +35,10 @@ class Command(BaseCommand):
             raise CommandError(f"{cluster.name} is a {cluster.kind} cluster: Kueue runs on Kubernetes clusters")
         try:
             config = kueue_configuration(
-                cluster.kueue_sharing, cluster.fairshare_half_life, version=options["config_version"]
+                cluster.kueue_sharing,
+                cluster.fairshare_half_life,
+                version=options["config_version"],
+                profiles=shared_profiles(cluster),
             )
         except KueueConfigError as exc:
             raise CommandError(f"{cluster.name}: {exc}") from exc

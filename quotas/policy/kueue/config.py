@@ -14,6 +14,12 @@ allot_kueue_config``), and ``deploy/kueue/kueue-config-fragment.yaml`` is the on
   ``CustomMetricLabels`` feature gate turns them on);
 * under ``fair`` and ``admission``: ``fairSharing.preemptionStrategies`` — Kueue's fair sharing, so the
   compiled ``fairSharing.weight`` decide who borrows and who is preempted;
+* with a shared flavor (MIG, MPS, time-slicing: quotas.policy.sharing): ``resources.transformations``,
+  each slice resource replaced by its weight in millionths of a GPU-equivalent
+  (``allot.dev/gpu-equivalent-millionths``) — the one currency the
+  compiled queues cover for shared flavors, so slices count by weight against one quota (Kueue's
+  ResourceTransformation, beta and on by default from v0.10; a Kueue without it counts a slice as a whole
+  resource of its own, which the compiled queues do not cover: such work never fits);
 * under ``admission``: ``admissionFairSharing`` with ``usageHalfLifeTime`` from the cluster's fair-share
   half-life. Kueue documents that 0 resets usage at once — admission fair sharing silently does
   nothing — so 0 is refused here, as in the compiler.
@@ -30,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..labels import GOVERNANCE_LABELS, LABEL_COST_CENTRE, LABEL_DEPARTMENT, LABEL_UNIT
+from ..sharing import EQUIVALENTS, Profile
 
 CUSTOM_LABEL_KINDS = ("ClusterQueue", "LocalQueue", "Cohort")
 PREEMPTION_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
@@ -62,6 +69,7 @@ def kueue_configuration(
     *,
     label_keys: Sequence[str] = GOVERNANCE_LABELS,
     version: str = "v1beta2",
+    profiles: Sequence[Profile] = (),
 ) -> dict[str, Any]:
     """The Configuration fragment for a cluster sharing by ``sharing`` (classic, fair, admission), in the
     configuration ``version`` its Kueue reads (v1beta2 from v0.15; v1beta1 for v0.13 and v0.14)."""
@@ -95,6 +103,21 @@ def kueue_configuration(
         }
         if older:
             config["featureGates"]["AdmissionFairSharing"] = True
+    if profiles:
+        config["resources"] = {"transformations": transformations(profiles)}
     if not config["featureGates"]:
         del config["featureGates"]
     return config
+
+
+def transformations(profiles: Sequence[Profile]) -> list[dict[str, Any]]:
+    """Per slice resource of the cluster's shared flavors, Kueue's ResourceTransformation into the one
+    currency the queues cover: its weight in millionths of a GPU-equivalent, rounded down
+    (``allot.dev/gpu-equivalent-millionths``; ``Replace``: the slice itself is no longer counted)."""
+    seen: dict[str, Profile] = {}
+    for profile in profiles:
+        seen.setdefault(profile.resource, profile)
+    return [
+        {"input": name, "strategy": "Replace", "outputs": {EQUIVALENTS: str(p.micro)}}
+        for name, p in sorted(seen.items())
+    ]

@@ -25,6 +25,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ..quantity import Resource, parse_decimal_quantity
+from ..sharing import EQUIVALENTS, MICRO
 from ..snapshot import UnitKind
 
 _SLUG = re.compile(r"[^a-z0-9-]+")
@@ -270,16 +271,21 @@ def _read_groups(unit: ImportedUnit, spec: Mapping[str, Any], *, cohort: bool) -
     for group in spec.get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             for entry in flavor.get("resources") or []:
+                shared = entry["name"] == EQUIVALENTS  # a shared flavor's GPUs, in millionths of an equivalent
                 try:
-                    resource = Resource(entry["name"])
+                    resource = Resource.GPU if shared else Resource(entry["name"])
                 except ValueError:
                     continue  # reported once by the caller through unknown resources
+                scale = MICRO if shared else 1
                 values = [
-                    _amount(resource, entry.get("nominalQuota", 0)),
-                    _amount(resource, entry["borrowingLimit"]) if "borrowingLimit" in entry else -1,
-                    _amount(resource, entry["lendingLimit"]) if "lendingLimit" in entry else -1,
+                    _amount(resource, entry.get("nominalQuota", 0)) // scale,
+                    _amount(resource, entry["borrowingLimit"]) // scale if "borrowingLimit" in entry else -1,
+                    _amount(resource, entry["lendingLimit"]) // scale if "lendingLimit" in entry else -1,
                 ]
-                unit.quotas[(flavor["name"], resource)] = values
+                key = (flavor["name"], resource)
+                if shared and not any(v > 0 for v in values) and key in unit.quotas:
+                    continue  # a whole flavor's currency entry (0): its nvidia.com/gpu says it all
+                unit.quotas[key] = values
 
 
 def _amount(resource: Resource, raw: Any) -> int:

@@ -14,6 +14,10 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   that borrows from its Cohort's residual;
 * bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
 * tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins);
+* a shared flavor (MIG slices, MPS or time-sliced shares: quotas.policy.sharing) → its GPU quota in millionths
+  of a GPU-equivalent, ``allot.dev/gpu-equivalent-millionths``, which the queues then cover beside
+  ``nvidia.com/gpu`` (0 on a shared flavor; the currency 0 on a whole one); the cluster's Kueue configuration
+  transforms every slice into it by its weight (:mod:`.config`), so slices count by weight against one quota;
 * fair-share weight → ``fairSharing.weight`` on every Cohort and ClusterQueue, **relative to the largest
   of its siblings'** (which gets 1). Kueue compares shares among siblings only, so a common factor changes
   no decision — but it computes a share in integers, ``borrowed‰ × 1000 ÷ weight's milli-value``, so
@@ -60,6 +64,7 @@ from ..budget_effects import effects
 from ..budgets import BudgetAction
 from ..labels import LABEL_COST_CENTRE, LABEL_DEPARTMENT, LABEL_UNIT
 from ..quantity import Resource, format_quantity
+from ..sharing import EQUIVALENTS, MICRO, WHOLE, FlavorSharing
 from ..snapshot import ZERO, Contract, OrgSnapshot, UnitKind
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -93,6 +98,8 @@ class KueueFlavor:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     billing_weight: float = 1.0
     order: int = 0
+    sharing: FlavorSharing = WHOLE
+    """Shared (MIG, MPS, time-slicing): its GPU quota is in ``allot.dev/gpu-equivalents``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,18 +288,39 @@ class _Compiler:
         flavors = []
         for flavor in self.flavors:
             resources = []
-            for resource in self.resources:
-                quota = self.s.quota(uid, flavor.key, resource)
-                value = quota.guarantee if nominal == "own" else self.residual(uid, flavor.key, resource)
-                entry: dict[str, Any] = {"name": resource.value, "nominalQuota": format_quantity(resource, value)}
+            for name in self.covered:
+                resource = self.counted(flavor, name)
+                quota = self.s.quota(uid, flavor.key, resource) if resource else ZERO
+                if resource is None:
+                    value = 0
+                else:
+                    value = quota.guarantee if nominal == "own" else self.residual(uid, flavor.key, resource)
+                entry: dict[str, Any] = {"name": name, "nominalQuota": amount(name, value)}
                 if limits:
-                    entry["borrowingLimit"] = format_quantity(
-                        resource, self.borrowing(uid, flavor.key, resource, quota.burst)
-                    )
-                    entry["lendingLimit"] = format_quantity(resource, min(quota.lendable, value))
+                    burst = self.borrowing(uid, flavor.key, resource, quota.burst) if resource else 0
+                    entry["borrowingLimit"] = amount(name, burst)
+                    entry["lendingLimit"] = amount(name, min(quota.lendable, value))
                 resources.append(entry)
             flavors.append({"name": flavor.name, "resources": resources})
-        return [{"coveredResources": [r.value for r in self.resources], "flavors": flavors}]
+        return [{"coveredResources": list(self.covered), "flavors": flavors}]
+
+    @property
+    def covered(self) -> list[str]:
+        """The resource names the queues cover: the quota resources, and the GPU-equivalents' currency
+        (quotas.policy.sharing.EQUIVALENTS) when a shared flavor's GPUs are among them (a flavor's other GPU
+        name gets 0)."""
+        names = [r.value for r in self.resources]
+        if Resource.GPU in self.resources and any(f.sharing.shared for f in self.flavors):
+            names.append(EQUIVALENTS)
+        return names
+
+    def counted(self, flavor: KueueFlavor, name: str) -> Resource | None:
+        """The quota resource an entry of ``flavor`` named ``name`` carries: a shared flavor's GPUs are its
+        GPU-equivalents, a whole flavor's its ``nvidia.com/gpu``; the other is None (0)."""
+        if name == EQUIVALENTS:
+            return Resource.GPU if flavor.sharing.shared else None
+        resource = Resource(name)
+        return None if resource is Resource.GPU and flavor.sharing.shared else resource
 
     def residual(self, uid: int, flavor: str, resource: Resource) -> int:
         own = self.s.quota(uid, flavor, resource).guarantee
@@ -308,12 +336,12 @@ class _Compiler:
             for group in groups:
                 for flavor in group["flavors"]:
                     for entry in flavor["resources"]:
-                        key, resource = _flavor_key(self.flavors, flavor["name"]), Resource(entry["name"])
-                        quota = self.s.quota(uid, key, resource)
-                        entry["borrowingLimit"] = format_quantity(
-                            resource, self.borrowing(uid, key, resource, quota.burst)
-                        )
-                        entry["lendingLimit"] = format_quantity(Resource(entry["name"]), quota.lendable)
+                        kf = _flavor(self.flavors, flavor["name"])
+                        resource = self.counted(kf, entry["name"])
+                        quota = self.s.quota(uid, kf.key, resource) if resource else ZERO
+                        burst = self.borrowing(uid, kf.key, resource, quota.burst) if resource else 0
+                        entry["borrowingLimit"] = amount(entry["name"], burst)
+                        entry["lendingLimit"] = amount(entry["name"], quota.lendable)
         if groups:
             spec["resourceGroups"] = groups
         return {
@@ -348,12 +376,16 @@ class _Compiler:
             for group in groups:
                 for flavor in group["flavors"]:
                     for entry in flavor["resources"]:
-                        resource = Resource(entry["name"])
-                        key = _flavor_key(self.flavors, flavor["name"])
-                        quota = self.s.quota(uid, key, resource)
-                        ceiling = quota.guarantee + self.borrowing(uid, key, resource, quota.burst)
+                        kf = _flavor(self.flavors, flavor["name"])
+                        resource = self.counted(kf, entry["name"])
+                        quota = self.s.quota(uid, kf.key, resource) if resource else ZERO
+                        ceiling = (
+                            quota.guarantee + self.borrowing(uid, kf.key, resource, quota.burst) if resource else 0
+                        )
                         entry.update(
-                            nominalQuota="0", borrowingLimit=format_quantity(resource, ceiling), lendingLimit="0"
+                            nominalQuota="0",
+                            borrowingLimit=amount(entry["name"], ceiling),
+                            lendingLimit="0",
                         )
         if groups:
             spec["resourceGroups"] = groups
@@ -411,8 +443,15 @@ def priority_class_name(tier: str) -> str:
     return f"allot-{tier.lower()}"
 
 
-def _flavor_key(flavors: Sequence[KueueFlavor], name: str) -> str:
-    return next(f.key for f in flavors if f.name == name)
+def amount(name: str, value: int) -> str:
+    """A quota of the resource ``name`` as Kueue reads it: GPU-equivalents in their millionths."""
+    if name == EQUIVALENTS:
+        return str(value * MICRO)
+    return format_quantity(Resource(name), value)
+
+
+def _flavor(flavors: Sequence[KueueFlavor], name: str) -> KueueFlavor:
+    return next(f for f in flavors if f.name == name)
 
 
 def _weight(weight: float) -> str:
