@@ -323,13 +323,19 @@ def allocations() -> dict[tuple[int, str, str], int]:
 
 
 def slurm_target(cluster: Cluster) -> Any:
-    """A Slurm cluster's flavors (gres type = flavor name), account names and members."""
+    """A Slurm cluster's flavors (gres type = flavor name; a MIG flavor's profiles ``<name>_<profile>``),
+    account names and members."""
     from quotas.models import Membership
     from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, slurm_cluster_name
 
     flavors = tuple(
-        SlurmFlavor(f"{cluster.name}/{name}", name, float(weight))
-        for name, weight in ResourceFlavor.objects.filter(cluster=cluster).values_list("name", "billing_weight")
+        SlurmFlavor(
+            f"{cluster.name}/{row['name']}",
+            row["name"],
+            float(row["billing_weight"]),
+            tuple((p.name, p.weight) for p in sharing_of(row).profiles),
+        )
+        for row in ResourceFlavor.objects.filter(cluster=cluster).values("billing_weight", *SHARING_FIELDS, "name")
     )
     accounts = dict(active_units().exclude(slurm_account="").values_list("id", "slurm_account"))
     members: dict[int, list[str]] = {}

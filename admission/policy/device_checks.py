@@ -74,8 +74,9 @@ def devices(r: Review) -> list[Decision]:
                 r.deny(
                     Reason.UNGOVERNED_ACCELERATOR,
                     f"{podset.name} asks for {', '.join(ungoverned)}, which Allot does not count on cluster "
-                    f"{policy.cluster}: request {' or '.join(sorted(counted))}, or ask a platform "
-                    f"admin to map it to a flavor (ALLOT_ADMISSION_ACCELERATORS)",
+                    f"{policy.cluster}: request {' or '.join(sorted(counted))}, or ask a platform admin "
+                    + ("for a flavor that offers it (sharing: mig, mps or time-slicing) or " if slices else "")
+                    + "to map it to a flavor (ALLOT_ADMISSION_ACCELERATORS)",
                 )
             )
         if not podset.count:

@@ -81,9 +81,9 @@ local function gpus(job_desc)
     local spec = job_desc[field]
     if spec ~= nil and spec ~= "" then
       for item in string.gmatch(spec, "[^,]+") do
-        local kind, count = string.match(item, "^gres[:/]gpu:?([%w%-_]*)[:=](%d+)$")
+        local kind, count = string.match(item, "^gres[:/]gpu:?([%w%-_%.]*)[:=](%d+)$")
         if count == nil then  -- a type without a count ("gres:gpu:a100", "gres:gpu"): one, as Slurm reads it
-          kind = string.match(item, "^gres[:/]gpu:?([%w%-_]*)$")
+          kind = string.match(item, "^gres[:/]gpu:?([%w%-_%.]*)$")
           if kind ~= nil then count = "1" end
         end
         if count ~= nil then
@@ -241,6 +241,21 @@ local function check(p, job, name, asked, in_qos)
     end
     if kind == "" and kinds > 1 then
       return string.format("account %s has quota for several GPU types: name one, e.g. --gres=gpu:<type>:%d", name, count)
+    end
+  end
+  -- MIG slices: each profile is a type of its own; added up by weight (millionths of a GPU-equivalent) the
+  -- profiles of one flavor must fit its GPU-equivalents
+  local weighed = {}
+  for kind, count in pairs(asked) do
+    local slice = (p.slices or {})[kind]
+    if slice ~= nil then weighed[slice.flavor] = (weighed[slice.flavor] or 0) + count * slice.micro end
+  end
+  for _, flavor in ipairs(sorted_keys(weighed)) do
+    local most = (account.equivalents or {})[flavor] or 0
+    if weighed[flavor] > most * 1000000 then
+      return string.format("MIG slices weighing %.2f GPU-equivalents of %s are more than account %s (%s) can ever " ..
+        "hold: %d; ask for fewer or smaller slices, or request a larger quota",
+        weighed[flavor] / 1000000, string.upper(flavor), name, account.path, most)
     end
   end
   for _, kind in ipairs(sorted_keys(in_qos)) do

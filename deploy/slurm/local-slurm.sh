@@ -16,8 +16,10 @@ export SLURM_SEED
 #
 # Environment knobs (defaults in brackets):
 #   SLURM_CLUSTER [lab]  SLURM_NODE [gpu01]  SLURM_GPUS [8]  SLURM_GPU_TYPE [a100]
-#   SLURM_EXTRA_GPU_TYPES [h100]  more GPU types on the node, SLURM_GPUS of each (fake devices too):
-#                       Allot's tests use A100s, its demo cluster slurm-lab is H100 — one stack serves both
+#   SLURM_EXTRA_GPU_TYPES [h100 h100-mig_1g.10gb h100-mig_3g.40gb]  more GPU types on the node, SLURM_GPUS
+#                       of each (fake devices too): Allot's tests use A100s, its demo cluster slurm-lab is H100 —
+#                       one stack serves both; the two MIG profiles of an H100 flavor named h100-mig are Allot's
+#                       GRES types for a MIG flavor (<flavor>_<profile>: quotas/policy/slurm/slices.py)
 #   SLURM_NODE_CPUS [16] SLURM_NODE_MEM_MB [16000]   (advertised, not real: config_overrides)
 #   SLURM_DB_NAME [slurm_acct_db] SLURM_DB_USER [slurm] SLURM_DB_PASS [random, kept in slurmdbd.conf]
 #   MARIADB_ADMIN_ARGS  extra args for the `mariadb` admin client (default: auto-detect root via
@@ -36,7 +38,7 @@ CLUSTER=${SLURM_CLUSTER:-lab}
 NODE=${SLURM_NODE:-gpu01}
 GPUS=${SLURM_GPUS:-8}
 GPU_TYPE=${SLURM_GPU_TYPE:-a100}
-EXTRA_GPU_TYPES=${SLURM_EXTRA_GPU_TYPES-h100}
+EXTRA_GPU_TYPES=${SLURM_EXTRA_GPU_TYPES-h100 h100-mig_1g.10gb h100-mig_3g.40gb}
 NODE_CPUS=${SLURM_NODE_CPUS:-16}
 NODE_MEM=${SLURM_NODE_MEM_MB:-16000}
 DB_NAME=${SLURM_DB_NAME:-slurm_acct_db}
@@ -557,8 +559,16 @@ do_reset() {
   do_start
 }
 
+# The GPU types changed since the stack last started: slurmctld's saved usage is kept per TRES and no longer
+# fits (slurmctld 22.05 was seen to die resetting an account's usage with it), so such a stack starts anew.
+tres_changed() {
+  local want
+  want="AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE$(for t in $EXTRA_GPU_TYPES; do printf ',gres/gpu:%s' "$t"; done)"
+  [ -f "$ETC/slurm.conf" ] && grep -q '^AccountingStorageTRES=' "$ETC/slurm.conf" && ! grep -qxF "$want" "$ETC/slurm.conf"
+}
+
 case ${1:-start} in
-  start)  do_start ;;
+  start)  if tres_changed; then log "the GPU types changed: starting anew (reset)"; do_reset; else do_start; fi ;;
   stop)   do_stop ;;
   status) do_status ;;
   reset)  do_reset ;;

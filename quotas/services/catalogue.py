@@ -11,13 +11,14 @@ from quotas.errors import InputError, full_clean
 from quotas.models import (
     CapacityReservation,
     Cluster,
+    ClusterKind,
     ReclamationContract,
     ResourceFlavor,
     WorkloadTier,
 )
 from quotas.policy.contracts import check_promises
 from quotas.policy.invariants import check_contracts, check_flavor_capacity
-from quotas.policy.sharing import SharingError, conflicts
+from quotas.policy.sharing import Sharing, SharingError, conflicts
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot, roots_snapshot
 
@@ -115,6 +116,12 @@ def _check_sharing(flavor: ResourceFlavor) -> None:
         spec = flavor.sharing_spec
     except SharingError as exc:
         raise InputError(exc.field, exc.message) from None
+    if spec.sharing in (Sharing.MPS, Sharing.TIME_SLICING) and flavor.cluster.kind == ClusterKind.SLURM:
+        raise InputError(
+            "sharing",
+            f"{spec.sharing.value} on Slurm is Slurm's own gres/shard or gres/mps, which Allot does not govern yet",
+            "use mig (each profile a GPU type: gres/gpu:<flavor>_<profile>) or whole",
+        )
     others = {}
     for other in ResourceFlavor.objects.filter(cluster=flavor.cluster).exclude(pk=flavor.pk):
         try:

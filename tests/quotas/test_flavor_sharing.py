@@ -115,3 +115,15 @@ def test_leads_see_equivalents_with_the_slices_they_hold(api, org, client):
     assert "14 × 1g.10gb or 4 × 3g.40gb" in page  # the ceiling of 2
     form = client.get(f"/units/{org.research.pk}/quotas/").content.decode()
     assert "MIG slices (hardware partitions): 1g.10gb = 1/7, 3g.40gb = 1/2 GPU-equivalent" in form
+    assert "GPU-equivalents" in form.split("west/h100-mig", 1)[1]  # its row is titled in equivalents
+
+
+def test_the_coverage_report_says_what_slices_rely_on(api, org):
+    assert api.post("/api/v1/flavors/", MIG, format="json").status_code == 201
+    lines = api.get("/api/v1/clusters/west/coverage/").json()
+    mig = {(line["term"], line["how"]) for line in lines if line["subject"] == "flavor h100-mig"}
+    assert mig == {
+        ("slices by weight", "depends_on_kueue_configuration"),
+        ("slices it offers", "enforced_by_allot_webhook"),
+    }
+    assert not [line for line in lines if line["subject"] == "flavor a100"]

@@ -33,7 +33,8 @@ def enforced(lab):
     policy = slurm_policy_publish(cluster=lab.slurm, out=Path("/etc/slurm/allot-policy"))
     assert policy["accounts"]["vision"]["qos_gpus"] == {"burst-vision": {"a100": 1}, "guar-vision": {"a100": 1}}
     assert policy["qos_without_gpus"] == ["tier-p2"]
-    assert policy["partitions"] == {"gpu": {"node_gpus": {"a100": 8, "h100": 8}, "exclusive": False}}
+    node = {"a100": 8, "h100": 8, "h100-mig_1g.10gb": 8, "h100-mig_3g.40gb": 8}  # the MIG types: test_slurm_slices
+    assert policy["partitions"] == {"gpu": {"node_gpus": node, "exclusive": False}}
     assert policy["default_partition"] == "gpu" and "inventory_error" not in policy
     assert _sh("bash", "deploy/slurm/install-job-submit.sh").returncode == 0
     jobs: list[str] = []
@@ -230,7 +231,7 @@ def test_an_exclusive_job_is_counted_with_every_gpu_of_its_node(enforced):
     assert "JobState=PENDING" in shown and "Reason=QOS" in shown, shown
     whole = (
         "--exclusive gives a job whole nodes, and with each node every GPU on it "
-        "(8 A100 + 8 H100 a node on partition gpu, 1 node)"
+        "(8 A100 + 8 H100 + 8 H100-MIG_1G.10GB + 8 H100-MIG_3G.40GB a node on partition gpu, 1 node)"
     )
     for extra in ((), ("--gres=gpu:a100:1",), ("--qos=tier-p2",), ("-p", "gpu", "-N", "1")):
         refused = _submit("bob", "vision", "--exclusive", *extra, keep=enforced.jobs)

@@ -108,7 +108,13 @@ class ClusterViewSet(CatalogueViewSet):
         cluster = get_object_or_404(Cluster, name=self.kwargs["name"])
         if cluster.kind != ClusterKind.SLURM:
             snapshot = selectors.org_snapshot(include_quotas=False)
-            return Response([line.as_dict() for line in kueue_coverage(snapshot, sharing=cluster.kueue_sharing)])
+            shared = [
+                f.split("/", 1)[1]
+                for f, spec in snapshot.flavors.items()
+                if f.startswith(f"{cluster.name}/") and spec.sharing.shared
+            ]
+            lines = kueue_coverage(snapshot, sharing=cluster.kueue_sharing, shared=shared)
+            return Response([line.as_dict() for line in lines])
         try:
             snapshot, target = selectors.org_snapshot(), selectors.slurm_target(cluster)
         except ValueError as exc:

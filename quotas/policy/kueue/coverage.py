@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..coverage import CoverageLine, How
 from ..durations import format_duration
 from ..snapshot import OrgSnapshot
@@ -56,7 +58,10 @@ def _sharing_lines(sharing: str) -> list[CoverageLine]:
     return lines
 
 
-def kueue_coverage(snapshot: OrgSnapshot, *, sharing: str = "classic") -> list[CoverageLine]:
+def kueue_coverage(
+    snapshot: OrgSnapshot, *, sharing: str = "classic", shared: Sequence[str] = ()
+) -> list[CoverageLine]:
+    """``shared``: the names of the cluster's shared flavors (MIG, MPS, time-slicing)."""
     lines = [
         CoverageLine(
             "quota",
@@ -82,6 +87,25 @@ def kueue_coverage(snapshot: OrgSnapshot, *, sharing: str = "classic") -> list[C
             "LocalQueue per namespace; ClusterQueue namespaceSelector admits only bound namespaces",
         ),
     ]
+    for flavor in sorted(shared):
+        lines += [
+            CoverageLine(
+                f"flavor {flavor}",
+                "slices by weight",
+                "per unit, in GPU-equivalents",
+                How.CONFIG,
+                "the queues cover allot.dev/gpu-equivalent-millionths; Kueue's resources.transformations (the "
+                "cluster's kueue-config) turn each slice into its weight — without them slices never fit",
+            ),
+            CoverageLine(
+                f"flavor {flavor}",
+                "slices it offers",
+                "per pod",
+                How.WEBHOOK,
+                "a profile the flavor does not offer is refused with those it does; an unpinned slice is pinned to "
+                "the flavor's nodes (one currency for every shared flavor)",
+            ),
+        ]
     for name in sorted(snapshot.contracts):
         c = snapshot.contracts[name]
         subject = f"contract {name}"

@@ -121,9 +121,10 @@ def manager_flavors(fleet: Fleet, workers: Mapping[str, KueueTarget]) -> tuple[K
     seen: dict[str, KueueFlavor] = {}
     for worker in fleet.workers:
         for f in workers[worker.cluster].flavors:
-            seen.setdefault(
-                f.name, KueueFlavor(f"{fleet.manager}/{f.name}", f.name, billing_weight=f.billing_weight, order=f.order)
+            manager = KueueFlavor(
+                f"{fleet.manager}/{f.name}", f.name, billing_weight=f.billing_weight, order=f.order, sharing=f.sharing
             )
+            seen.setdefault(f.name, manager)  # a shared flavor stays shared: its quota in the same currency
     return tuple(seen.values())
 
 

@@ -444,10 +444,20 @@ def priority_class_name(tier: str) -> str:
 
 
 def amount(name: str, value: int) -> str:
-    """A quota of the resource ``name`` as Kueue reads it: GPU-equivalents in their millionths."""
+    """A quota of the resource ``name`` as Kueue reads it: GPU-equivalents in their millionths, in the
+    canonical form (``1M``, ``2500k``) Kueue's webhook would rewrite anything else into — after which the
+    field reads as Kueue's, and the next sync as a conflict."""
     if name == EQUIVALENTS:
-        return str(value * MICRO)
+        return decimal_si(value * MICRO)
     return format_quantity(Resource(name), value)
+
+
+def decimal_si(value: int) -> str:
+    """An integer as Kubernetes prints a DecimalSI quantity: the largest suffix that leaves a whole number."""
+    for suffix, size in (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if value and value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
 
 
 def _flavor(flavors: Sequence[KueueFlavor], name: str) -> KueueFlavor:

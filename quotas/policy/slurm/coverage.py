@@ -12,7 +12,8 @@ from ..coverage import CoverageLine, How
 from ..durations import format_duration
 from ..snapshot import OrgSnapshot
 from .model import SlurmState
-from .translate import SlurmTarget, subtree_overcommit
+from .overcommit import subtree_overcommit
+from .translate import SlurmTarget
 
 
 def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget) -> list[CoverageLine]:
@@ -77,6 +78,27 @@ def slurm_coverage(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget
             "Fairshare= on each account (priority/multifactor); it orders the queue, it caps nothing",
         ),
     ]
+    for flavor in sorted((f for f in target.flavors if f.profiles), key=lambda f: f.gpu_type):
+        types = ", ".join(g for g, _ in flavor.types)
+        lines += [
+            CoverageLine(
+                f"flavor {flavor.gpu_type}",
+                "MIG slices, each profile",
+                types,
+                How.SLURM,
+                "each profile is a GPU type of its own: the guarantee and burst QOS hold it to the whole slices the "
+                "unit's GPU-equivalents hold of that profile alone; TRESBillingWeights charge each its weight",
+            ),
+            CoverageLine(
+                f"flavor {flavor.gpu_type}",
+                "MIG slices, by weight",
+                "per job",
+                How.JOB_SUBMIT,
+                "job_submit.lua adds a job's slices up by weight against its account's GPU-equivalents; Slurm has "
+                "no GRES counted by weight, so jobs of different profiles running together are not held to the "
+                "equivalents by anything (each profile only to its own limit)",
+            ),
+        ]
     lines += [
         CoverageLine(
             f"unit {o.path}",

@@ -9,7 +9,10 @@ forever); the QOS that carry no GPUs (tiers); the accounts of archived units; th
 tier's time limit; each QOS's time limit (a job asking for more is refused with the limit, not left
 pending); per GPU type, the spent ``deny`` budget over the account (refused with the budget, its
 figures and when it resets); per partition, the GPUs of its smallest node and whether every job there
-has its node to itself (a whole-node job is given every GPU of its node: see ``nodes.py``).
+has its node to itself (a whole-node job is given every GPU of its node: see ``nodes.py``). A MIG flavor's
+profiles are GPU types of their own (``slices.py``): each account's ceiling in whole slices per profile,
+its ``equivalents`` per MIG flavor, and ``slices`` (per profile type: its flavor and weight in millionths),
+so a job mixing profiles is held to the equivalents by weight.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..quantity import Resource
 from ..snapshot import OrgSnapshot
 from .model import SlurmState
 from .nodes import inventory_digest
+from .slices import micro, slices
 from .translate import SlurmTarget
 
 
@@ -45,7 +49,8 @@ def submit_policy(
     accounts: dict[str, Any] = {}
     for account in state.accounts:
         uid = by_name[account.name]
-        gpus = {f.gpu_type: effective_ceiling(snapshot, uid, f.key, Resource.GPU) for f in target.flavors}
+        ceilings = {f: effective_ceiling(snapshot, uid, f.key, Resource.GPU) for f in target.flavors}
+        gpus = {gres: slices(ceilings[f], w) for f in target.flavors for gres, w in f.types}
         accounts[account.name] = {
             "path": snapshot.units[uid].path,
             "qos": sorted(account.qos),
@@ -59,6 +64,9 @@ def submit_policy(
                 if name in qos_by_name and qos_by_name[name].grp_tres
             },
         }
+        shared = {f.gpu_type: ceilings[f] for f in target.flavors if f.profiles}
+        if shared:  # a MIG flavor's slices, added up by weight: GPU-equivalents per flavor
+            accounts[account.name]["equivalents"] = dict(sorted(shared.items()))
         if uid in denied:
             accounts[account.name]["budget_denied"] = dict(sorted(denied[uid].items()))
     limits = [t.max_runtime_s for t in snapshot.tiers.values() if t.max_runtime_s]
@@ -70,6 +78,12 @@ def submit_policy(
         "interactive_max_minutes": min(limits) // 60 if limits else None,
         "qos_max_minutes": {q.name: q.max_wall_min for q in sorted(state.qos, key=lambda q: q.name) if q.max_wall_min},
         "qos_without_gpus": sorted(q.name for q in state.qos if q.max_tres.get("gres/gpu") == 0),
+        "slices": {
+            gres: {"flavor": f.gpu_type, "micro": micro(w)}
+            for f in sorted(target.flavors, key=lambda f: f.gpu_type)
+            if f.profiles
+            for gres, w in f.types
+        },
         **(
             {**inventory, "inventory": inventory_digest(dict(inventory))}
             if inventory is not None
@@ -83,6 +97,7 @@ def _denied(snapshot: OrgSnapshot, target: SlurmTarget) -> dict[int, dict[str, s
     if target.at is None or not snapshot.budgets:
         return {}
     types = {f.key: f.gpu_type for f in target.flavors}
+    gres = {f.key: [g for g, _ in f.types] for f in target.flavors}
     found: dict[int, dict[str, str]] = {}
     for e in effects(snapshot.budgets, snapshot.budget_spend, snapshot.children, snapshot.tiers, target.at):
         if e.action is not BudgetAction.DENY or e.flavor not in types:
@@ -95,7 +110,8 @@ def _denied(snapshot: OrgSnapshot, target: SlurmTarget) -> dict[int, dict[str, s
             f"refused until {e.resets:%Y-%m-%d}, when it resets, or until it is raised in Allot"
         )
         for uid in e.units:
-            found.setdefault(uid, {})[types[e.flavor]] = words
+            for kind in gres[e.flavor]:
+                found.setdefault(uid, {})[kind] = words
     return found
 
 

@@ -6,7 +6,8 @@ Mapping (docs/concepts/design.md, "Compiling to Slurm", and its pitfalls P1-P6):
   the parent unit's account (``root`` at the top), ``Fairshare`` the weight (whole numbers);
 * members with a Slurm username → user associations, DefaultAccount their unit's account;
 * a unit's guarantee → QOS ``guar-<account>`` with ``GrpTRES=gres/gpu:<type>=G`` per flavor, where G
-  is what the unit guarantees beyond its children (its residual: children have their own QOS),
+  is what the unit guarantees beyond its children (its residual: children have their own QOS) — on a MIG
+  flavor one type per profile, each the whole slices G GPU-equivalents hold (:mod:`.slices`),
   high priority, and ``Preempt=`` every burst QOS — never a GPU ``GrpTRES`` on the account itself
   (pitfall P1: it would count burst usage against siblings' guarantees);
 * each unit QOS also carries ``GrpTRES=gres/gpu=<the sum of its typed limits>`` (:data:`UNTYPED`): GPUs
@@ -54,12 +55,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 
 from ..budget_effects import effects, slurm_minutes
 from ..budgets import BORROWED_FACTOR, BudgetAction
 from ..quantity import Resource
 from ..snapshot import OrgSnapshot
 from .model import Problem, SlurmAccount, SlurmQos, SlurmState, SlurmUser
+from .slices import billing as slurm_billing
+from .slices import gres_types, slices
 
 GUARANTEE_PRIORITY, BURST_PRIORITY = 1000, 10
 GUARANTEE_DESCRIPTION = "guaranteed gpus"
@@ -100,6 +104,13 @@ class SlurmFlavor:
     gpu_type: str
     """The ``gres/gpu:<type>`` of the partition's nodes, e.g. ``a100``."""
     billing_weight: float = 1.0
+    profiles: tuple[tuple[str, Fraction], ...] = ()
+    """A MIG flavor's profiles and their weights in GPU-equivalents (quotas.policy.sharing): each is a GPU
+    type of its own, ``<gpu_type>_<profile>`` (:mod:`.slices`)."""
+
+    @property
+    def types(self) -> tuple[tuple[str, Fraction], ...]:
+        return gres_types(self.gpu_type, self.profiles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,17 +162,19 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
         children = [c for c in snapshot.children.get(uid, ()) if c in present]
         guar, burst, gmins, bmins = {}, {}, {}, {}
         for flavor in flavors:
-            tres = f"gres/gpu:{flavor.gpu_type}"
             quota = snapshot.quota(uid, flavor.key, Resource.GPU)
             residual = quota.guarantee - sum(snapshot.quota(c, flavor.key, Resource.GPU).guarantee for c in children)
-            if residual > 0:
-                guar[tres] = residual
-                if (uid, flavor.key, "guar") in minutes:
-                    gmins[tres] = minutes[(uid, flavor.key, "guar")]
-            if own_burst[flavor.key].get(uid, 0) > 0:
-                burst[tres] = 0 if (uid, flavor.key) in no_borrowing else own_burst[flavor.key][uid]
-                if (uid, flavor.key, "burst") in minutes:
-                    bmins[tres] = minutes[(uid, flavor.key, "burst")]
+            for gres, weight in flavor.types:  # a MIG flavor: each profile what the equivalents hold of it
+                tres = f"gres/gpu:{gres}"
+                if residual > 0:
+                    guar[tres] = slices(residual, weight)
+                    if (uid, flavor.key, "guar") in minutes:
+                        gmins[tres] = int(minutes[(uid, flavor.key, "guar")] / weight)
+                if own_burst[flavor.key].get(uid, 0) > 0:
+                    allowed = 0 if (uid, flavor.key) in no_borrowing else own_burst[flavor.key][uid]
+                    burst[tres] = slices(allowed, weight)
+                    if (uid, flavor.key, "burst") in minutes:
+                        bmins[tres] = int(minutes[(uid, flavor.key, "burst")] / weight)
         for typed in (guar, burst):  # the untyped backstop: see UNTYPED
             if typed:
                 typed[UNTYPED] = sum(typed.values())
@@ -237,7 +250,7 @@ def compile_slurm(snapshot: OrgSnapshot, target: SlurmTarget) -> SlurmState:
         else:
             kept.add(SlurmUser(user, name[uid], name[uid]))
     users = sorted(kept, key=lambda u: (u.name, u.account))
-    billing = {f.key: f"CPU=1.0,Mem=0.25G,GRES/gpu:{f.gpu_type}={f.billing_weight * 10:g}" for f in flavors}
+    billing = {f.key: slurm_billing(f.gpu_type, f.profiles, f.billing_weight) for f in flavors}
     return SlurmState(target.cluster, tuple(accounts), tuple(_one_default(users)), tuple(qos), billing, tuple(problems))
 
 
@@ -300,48 +313,6 @@ def _largest_remainders(total: int, asks: Mapping[int, int]) -> dict[int, int]:
     for key in sorted(asks, key=lambda k: (-(exact[k] - given[k]), k))[:left]:
         given[key] += 1
     return given
-
-
-@dataclass(frozen=True, slots=True)
-class Overcommit:
-    """A subtree whose QOS, added up, let it hold more than its ceiling (permissive compiling)."""
-
-    path: str
-    gpu_type: str
-    usable: int
-    ceiling: int
-
-
-def subtree_overcommit(snapshot: OrgSnapshot, state: SlurmState, target: SlurmTarget) -> list[Overcommit]:
-    """Per unit and GPU type, what the guarantee and burst QOS of its subtree add up to, where that is
-    more than the unit's ceiling, where that ceiling is below the flavor's physical devices (above,
-    the subtree cannot exceed it). Empty for a strictly compiled state."""
-    by_name = {q.name: q for q in state.qos}
-    name = {uid: target.accounts.get(uid) or snapshot.units[uid].slug for uid in snapshot.units}
-    accounts = {a.name for a in state.accounts}
-    found = []
-    for flavor in sorted(target.flavors, key=lambda f: f.gpu_type):
-        tres = f"gres/gpu:{flavor.gpu_type}"
-        own = {
-            uid: sum(
-                by_name[q].grp_tres.get(tres, 0)
-                for q in (target.guar(name[uid]), target.burst(name[uid]))
-                if q in by_name
-            )
-            for uid in snapshot.units
-            if name[uid] in accounts
-        }
-        usable = dict(own)
-        for uid in sorted(own, key=lambda u: -snapshot.units[u].path.count("/")):  # deepest first
-            parent = snapshot.units[uid].parent_id
-            if parent in usable:
-                usable[parent] += usable[uid]
-        for uid in sorted(own, key=lambda u: snapshot.units[u].path):
-            ceiling = snapshot.quota(uid, flavor.key, Resource.GPU).ceiling
-            physical = snapshot.flavors[flavor.key].physical_devices if flavor.key in snapshot.flavors else None
-            if usable[uid] > ceiling and (physical is None or ceiling < physical):
-                found.append(Overcommit(snapshot.units[uid].path, flavor.gpu_type, usable[uid], ceiling))
-    return found
 
 
 def _tier_qos(snapshot: OrgSnapshot, target: SlurmTarget) -> list[SlurmQos]:

@@ -127,6 +127,12 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
             run.notes.append(older)
     if target.at is not None:
         run.notes.extend(budget_notes(snapshot, cluster, target.at))
+    shared = sorted(f.name for f in target.flavors if f.sharing.shared)
+    if shared:  # Kueue's configuration is not readable through the API: say what the slices rely on
+        run.notes.append(
+            f"shared flavor(s) {', '.join(shared)}: slices count by weight only where this cluster's Kueue "
+            f"configuration carries Allot's transformations (GET /api/v1/clusters/{cluster.name}/kueue-config/)"
+        )
     desired = _keep_foreign_local_queues(run, client, desired)
     manages = fleet is not None and fleet[0].manager == cluster.name
     kinds = APPLY_ORDER + FLEET_KINDS if manages else APPLY_ORDER  # only a manager serves MultiKueue's kinds

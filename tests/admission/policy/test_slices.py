@@ -131,3 +131,14 @@ def test_mutation_pins_unpinned_slices_to_the_flavor_that_offers_them():
     other = sliced("nvidia.com/mig-1g.10gb", 1, 1, pod={"nodeSelector": {"zone": "b"}})
     added = decide(policy(), request(other), mutate=True)
     assert {"op": "add", "path": "/spec/template/spec/nodeSelector/gpu", "value": "h100-mig"} in added.patch
+
+
+def test_a_slice_on_a_cluster_without_shared_flavors_names_the_fix():
+    from tests.admission.policy.test_decide import policy as whole_policy
+
+    refused = decide(whole_policy(), request(sliced("nvidia.com/mig-1g.10gb", 1, 1)))
+    assert refused.reason is Reason.UNGOVERNED_ACCELERATOR
+    assert (
+        "ask a platform admin for a flavor that offers it (sharing: mig, mps or time-slicing) or to map it to a "
+        "flavor (ALLOT_ADMISSION_ACCELERATORS)"
+    ) in refused.message

@@ -167,9 +167,9 @@ def test_a_mig_flavor_compiles_to_one_currency_its_slices_are_transformed_into(c
     flavors = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
     assert flavors["h100-mig"][EQUIVALENTS] == {
         "name": EQUIVALENTS,
-        "nominalQuota": "1000000",
-        "borrowingLimit": "1000000",
-        "lendingLimit": "1000000",
+        "nominalQuota": "1M",  # a million millionths, as Kubernetes prints it
+        "borrowingLimit": "1M",
+        "lendingLimit": "1M",
     }
     assert flavors["h100-mig"]["nvidia.com/gpu"]["nominalQuota"] == "0"  # no whole GPUs on a MIG flavor
     assert flavors["h100-mig"]["nvidia.com/gpu"]["borrowingLimit"] == "0"
@@ -184,7 +184,7 @@ def test_a_mig_flavor_compiles_to_one_currency_its_slices_are_transformed_into(c
         f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}
         for f in cohort["spec"]["resourceGroups"][0]["flavors"]
     }
-    assert root["h100-mig"] == {"nvidia.com/gpu": "0", EQUIVALENTS: "1000000"}  # the residual 2 − 1
+    assert root["h100-mig"] == {"nvidia.com/gpu": "0", EQUIVALENTS: "1M"}  # the residual 2 − 1
     assert validate_objects(objects, crd_schemas) == []
     config = kueue_configuration("classic", version="v1beta1", profiles=mig.profiles)
     assert config["resources"]["transformations"] == [
@@ -213,3 +213,38 @@ def test_an_import_reads_a_shared_flavors_currency_back_as_its_gpu_equivalents()
     train = plan.units["acme.train"]
     assert train.quotas[("a100", GPU)] == [8, 0, 0]
     assert train.quotas[("h100-mig", GPU)] == [0, 0, 0]  # the MIG flavor's nvidia.com/gpu 0, its currency 0
+
+
+def test_the_currency_is_written_as_kubernetes_prints_it():
+    from quotas.policy.kueue.translate import decimal_si
+
+    assert [decimal_si(v) for v in (0, 7, 142857, 500000, 1000000, 2500000, 10**9, 1500 * 10**6)] == [
+        "0",
+        "7",
+        "142857",
+        "500k",
+        "1M",
+        "2500k",
+        "1G",
+        "1500M",
+    ]
+
+
+def test_an_empty_map_the_api_server_does_not_keep_is_not_a_change():
+    """Found on the real API server: a flavor with no node labels was rewritten by every sync."""
+    from quotas.policy.kueue.diff import diff_object
+
+    desired = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "a"}}
+    assert diff_object({**desired, "spec": {"nodeLabels": {}}}, {**desired, "spec": {}}) == []
+    assert diff_object({**desired, "spec": {"nodeLabels": {"g": "a"}}}, {**desired, "spec": {}}) != []
+
+
+def test_a_fleet_managers_flavor_stays_shared():
+    """A MultiKueue manager sums its workers' queues: a MIG flavor's quota stays in the currency there too."""
+    from quotas.policy.kueue.multikueue import Fleet, Worker, manager_flavors
+
+    _, target, mig = _mig_tree()
+    fleet = Fleet("f", "hub", (Worker("west", "west-kubeconfig"),))
+    flavors = {f.name: f for f in manager_flavors(fleet, {"west": target})}
+    assert flavors["h100-mig"].sharing == mig and flavors["h100-mig"].key == "hub/h100-mig"
+    assert not flavors["a100"].sharing.shared

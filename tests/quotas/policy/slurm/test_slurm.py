@@ -11,9 +11,10 @@ from quotas.policy.slurm.batch import batch
 from quotas.policy.slurm.coverage import slurm_coverage
 from quotas.policy.slurm.diff import hold_back, plan_slurm
 from quotas.policy.slurm.model import SlurmAccount, SlurmQos
+from quotas.policy.slurm.overcommit import subtree_overcommit
 from quotas.policy.slurm.parse import parse_assoc, parse_qos, parse_time, parse_tres
 from quotas.policy.slurm.render import qos_script, render_dump
-from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, compile_slurm, subtree_overcommit
+from quotas.policy.slurm.translate import SlurmFlavor, SlurmTarget, compile_slurm
 from quotas.policy.snapshot import Contract, Tier
 
 H100, A100 = "lab/h100", "lab/a100"
