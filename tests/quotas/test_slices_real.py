@@ -185,43 +185,51 @@ def test_time_sliced_shares_and_whole_gpus_on_a_shared_flavor(kube_plane):
 @pytest.mark.django_db
 def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothing(kube_plane, org):
     """Through Allot's own sync (the shipped RBAC, server-side apply, the owned-field diff): the currency's
-    quotas as the API server keeps them read back equal, and the run says what the slices rely on."""
+    quotas as the API server keeps them read back equal, and the run says what the slices rely on. A cluster,
+    flavor and organisation of its own: the plane is shared by the session's tests (the demo's acme is there)."""
     from quotas import services
-    from quotas.models import Cluster, SyncStatus
+    from quotas.models import ClusterKind, SyncStatus
     from quotas.services.sync import cluster_sync
     from tests.quotas.test_kube_real import shipped_rbac
 
     shipped_rbac(kube_plane)
-    namespace(kube_plane, "mig-infer")
-    west = Cluster.objects.get(pk=org.cluster.pk)
-    west.connection_ref = f"kubeconfig:{kube_plane.sync_kubeconfig}"
-    west.save()
+    namespace(kube_plane, "mig-sync")
+    why = "slices"
+    cluster = services.cluster_set(
+        actor=org.admin,
+        reason=why,
+        name="mig-west",
+        kind=ClusterKind.KUBERNETES,
+        connection_ref=f"kubeconfig:{kube_plane.sync_kubeconfig}",
+    )
     flavor = services.flavor_set(
         actor=org.admin,
-        reason="slices",
-        cluster=west,
-        name="h100-mig",
+        reason=why,
+        cluster=cluster,
+        name="h100-mig-sync",
         accelerator_model="NVIDIA H100 80GB HBM3",
         device_memory_gb=80,
         physical_devices=2,
         sharing="mig",
-        node_labels={"gpu": "h100-mig"},
+        node_labels={"gpu": "h100-mig-sync"},
     )
-    for unit, g in ((org.acme, 2), (org.research, 1), (org.vision, 1)):
-        change = services.QuotaChange(unit.pk, flavor.pk, GPU, g, 0, 0)
-        services.quota_set_bulk(actor=org.admin, reason="t", changes=[change])
-    services.namespace_bind(actor=org.admin, reason="t", unit=org.vision, cluster=west, namespace="mig-infer")
-    first = cluster_sync(actor=org.admin, reason="t", cluster=west)
+    root = services.org_unit_create(
+        actor=org.admin, reason=why, parent=None, kind="organisation", slug="migorg", contract=org.contract
+    )
+    team = services.org_unit_create(actor=org.admin, reason=why, parent=root, kind="team", slug="migteam")
+    for unit, g in ((root, 2), (team, 1)):
+        services.quota_set_bulk(
+            actor=org.admin, reason=why, changes=[services.QuotaChange(unit.pk, flavor.pk, GPU, g, 0, 0)]
+        )
+    services.namespace_bind(actor=org.admin, reason=why, unit=team, cluster=cluster, namespace="mig-sync")
+    first = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     assert first.status == SyncStatus.APPLIED, first.message
-    assert "shared flavor(s) h100-mig: slices count by weight only where" in first.message
-    queue = kube_plane.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/acme.research.vision")
-    entries = {
-        (f["name"], r["name"]): r["nominalQuota"]
-        for f in queue["spec"]["resourceGroups"][0]["flavors"]
-        for r in f["resources"]
-    }
-    assert entries[("h100-mig", EQUIVALENTS)] == "1M"
-    assert entries[("h100-mig", "nvidia.com/gpu")] == "0"
-    second = cluster_sync(actor=org.admin, reason="t", cluster=west)
+    assert "shared flavor(s) h100-mig-sync: slices count by weight only where" in first.message
+    queue = kube_plane.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/migorg.migteam")
+    [group] = queue["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["nvidia.com/gpu", EQUIVALENTS]
+    [entries] = [{r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]]
+    assert entries == {"nvidia.com/gpu": "0", EQUIVALENTS: "1M"}
+    second = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     written = [(o.kind, o.name, o.changes) for o in second.results.exclude(outcome="unchanged")]
     assert second.status == SyncStatus.IN_SYNC, (second.message, written)
