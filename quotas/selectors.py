@@ -29,11 +29,12 @@ from quotas.models import (
     SubtreeCeilings,
     WorkloadTier,
 )
+from quotas.models.catalogue import SHARING_FIELDS, sharing_of
 from quotas.policy import budgets as bud
 from quotas.policy import snapshot as snap
 from quotas.policy.kueue import KueueFlavor, KueueTarget
 from quotas.policy.quantity import Resource
-from quotas.policy.sharing import WHOLE, FlavorSharing, Profile, flavor_sharing
+from quotas.policy.sharing import Profile
 
 
 def subtree(field: str, path: str) -> Q:
@@ -203,28 +204,10 @@ def _flavors(keys: dict[int, str]) -> dict[str, snap.Flavor]:
     return result
 
 
-SHARING_FIELDS = ("sharing", "accelerator_model", "device_memory_gb", "mig_profiles", "profile_weights", "shares")
-"""The flavor columns its sharing is read from (``sharing_of``)."""
-
-
 def shared_profiles(cluster: Cluster) -> tuple[Profile, ...]:
     """The slice resources of a cluster's shared flavors (its Kueue configuration's transformations)."""
     rows = ResourceFlavor.objects.filter(cluster=cluster).exclude(sharing="whole").order_by("name")
     return tuple(p for row in rows.values(*SHARING_FIELDS) for p in sharing_of(row).profiles)
-
-
-def sharing_of(row: dict[str, Any]) -> FlavorSharing:
-    """A flavor's sharing from a ``values()`` row holding ``SHARING_FIELDS`` (checked when it was saved)."""
-    if row["sharing"] == "whole":
-        return WHOLE
-    return flavor_sharing(
-        row["sharing"],
-        accelerator_model=row["accelerator_model"],
-        memory_gb=row["device_memory_gb"],
-        profiles=row["mig_profiles"] or (),
-        weights=row["profile_weights"] or {},
-        shares=row["shares"],
-    )
 
 
 def _contracts() -> dict[str, snap.Contract]:

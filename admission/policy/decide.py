@@ -312,7 +312,7 @@ def _mutate(r: Review) -> None:
 
 def _pin_slices(r: Review) -> None:
     """A pod set asking for the slices of one shared flavor, pinned nowhere, gets that flavor's node labels as
-    its node selector. Kueue counts every shared flavor's slices in one currency (allot.dev/gpu-equivalents), so
+    its node selector. Kueue counts every shared flavor's slices in one currency (quotas.policy.sharing.EQUIVALENTS), so
     unpinned it could assign a time-sliced share to a MIG flavor whose nodes offer no such share."""
     counted, weights = r.policy.counted, r.policy.weights
     labels = {f.name: f.node_labels for f in r.policy.flavors}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -142,6 +145,23 @@ def validate_label_value(value: object) -> None:
         raise ValidationError(f"{value!r} is not a Kubernetes label value: give {problem}")
 
 
+SHARING_FIELDS = ("sharing", "accelerator_model", "device_memory_gb", "mig_profiles", "profile_weights", "shares")
+"""The flavor columns its sharing is read from (``sharing_of``)."""
+
+
+def sharing_of(row: Mapping[str, Any]) -> FlavorSharing:
+    """A flavor's sharing from its ``SHARING_FIELDS`` (a model's or a ``values()`` row's); SharingError naming
+    the setting when they cannot be counted."""
+    return flavor_sharing(
+        row["sharing"],
+        accelerator_model=row["accelerator_model"],
+        memory_gb=row["device_memory_gb"],
+        profiles=row["mig_profiles"] or (),
+        weights=row["profile_weights"] or {},
+        shares=row["shares"],
+    )
+
+
 class FlavorSharingMode(models.TextChoices):
     WHOLE = "whole", "Whole devices"
     MIG = "mig", "MIG slices (hardware partitions)"
@@ -225,14 +245,7 @@ class ResourceFlavor(models.Model):
     @property
     def sharing_spec(self) -> FlavorSharing:
         """Its sharing contract and profiles (quotas.policy.sharing); raises SharingError when unset right."""
-        return flavor_sharing(
-            self.sharing,
-            accelerator_model=self.accelerator_model,
-            memory_gb=self.device_memory_gb,
-            profiles=self.mig_profiles or (),
-            weights=self.profile_weights or {},
-            shares=self.shares,
-        )
+        return sharing_of({name: getattr(self, name) for name in SHARING_FIELDS})
 
     def __str__(self) -> str:
         return self.key

@@ -165,10 +165,15 @@ class Profile:
 
     @property
     def micro(self) -> int:
-        """Its weight in millionths, rounded down: what Kueue's transformation charges per slice, so that
-        slices that fit an equivalent exactly (7 × 1/7) still fit it (and one more never does below some
-        200,000 GPU-equivalents)."""
-        return int(self.weight * MICRO)
+        """Its weight in millionths of a GPU-equivalent (:func:`micro`)."""
+        return micro(self.weight)
+
+
+def micro(weight: Fraction) -> int:
+    """A weight in millionths, rounded down: what Kueue's transformation and job_submit.lua charge per slice, so
+    that slices that fit an equivalent exactly (7 × 1/7) still fit it (and one more never does below some
+    200,000 GPU-equivalents)."""
+    return int(weight * MICRO)
 
 
 @dataclass(frozen=True, slots=True)

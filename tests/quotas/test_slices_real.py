@@ -1,5 +1,5 @@
 """MIG slices and shared GPUs on the real Kueue (issue #45.3, 45.6): the compiled queues cover one currency,
-``allot.dev/gpu-equivalents``, that the cluster's Kueue configuration transforms every slice into (as Allot
+``allot.dev/gpu-equivalent-millionths``, that the cluster's Kueue configuration transforms every slice into (as Allot
 serves it), so slices are admitted and refused by weight — and exactly where the admission webhook, judging
 the same tree, allows and refuses them."""
 

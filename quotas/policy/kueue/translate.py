@@ -56,6 +56,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import yaml
@@ -99,7 +100,7 @@ class KueueFlavor:
     billing_weight: float = 1.0
     order: int = 0
     sharing: FlavorSharing = WHOLE
-    """Shared (MIG, MPS, time-slicing): its GPU quota is in ``allot.dev/gpu-equivalents``."""
+    """Shared (MIG, MPS, time-slicing): its GPU quota is in GPU-equivalents (``EQUIVALENTS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +305,7 @@ class _Compiler:
             flavors.append({"name": flavor.name, "resources": resources})
         return [{"coveredResources": list(self.covered), "flavors": flavors}]
 
-    @property
+    @cached_property
     def covered(self) -> list[str]:
         """The resource names the queues cover: the quota resources, and the GPU-equivalents' currency
         (quotas.policy.sharing.EQUIVALENTS) when a shared flavor's GPUs are among them (a flavor's other GPU

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from ..sharing import MICRO
-
 
 def gres_types(gpu_type: str, profiles: Sequence[tuple[str, Fraction]]) -> tuple[tuple[str, Fraction], ...]:
     """A flavor's GPU GRES types and each one's weight: its own type at 1 for whole devices, one type per
@@ -37,8 +35,3 @@ def billing(gpu_type: str, profiles: Sequence[tuple[str, Fraction]], billing_wei
         f"GRES/gpu:{gres}={float(weight) * billing_weight * 10:.6g}" for gres, weight in gres_types(gpu_type, profiles)
     )
     return f"CPU=1.0,Mem=0.25G,{gpus}"
-
-
-def micro(weight: Fraction) -> int:
-    """A weight in millionths of a GPU-equivalent, rounded down (as Kueue's currency)."""
-    return int(weight * MICRO)

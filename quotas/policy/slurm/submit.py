@@ -25,10 +25,11 @@ from ..budget_effects import effects
 from ..budgets import BudgetAction
 from ..capacity import effective_ceiling
 from ..quantity import Resource
+from ..sharing import micro
 from ..snapshot import OrgSnapshot
 from .model import SlurmState
 from .nodes import inventory_digest
-from .slices import micro, slices
+from .slices import slices
 from .translate import SlurmTarget
 
 
