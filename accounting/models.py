@@ -15,7 +15,8 @@ with a retention setting.
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import FloatField, Q
+from django.db.models.functions import Cast, Coalesce
 
 from accounting.policy.findings import FindingKind
 from accounting.policy.sacct import EndState
@@ -94,7 +95,12 @@ class WorkloadRecord(models.Model):
     tier = models.CharField(max_length=64, blank=True, help_text="Tier, or the Slurm QOS it ran under.")
     flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT, db_constraint=False)
     flavor_name = models.CharField(max_length=63, blank=True, help_text="As the scheduler said it.")
-    devices = models.PositiveIntegerField(default=0)
+    devices = models.PositiveIntegerField(default=0, help_text="Devices, or slices on a shared flavor.")
+    equivalents = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="GPU-equivalents held on a shared flavor (slices by weight); empty: its devices.",
+    )
     resources = models.JSONField(default=dict, blank=True)
     borrowed = models.PositiveIntegerField(default=0, help_text="Devices above its guarantee at admission.")
     submitted_at = models.DateTimeField(null=True, blank=True)
@@ -131,17 +137,32 @@ class WorkloadRecord(models.Model):
         return f"{self.cluster_id}:{self.scheduler_id}"
 
 
+HELD = Coalesce("equivalents", Cast("devices", FloatField()))
+"""What a run or record holds against a guarantee: GPU-equivalents on a shared flavor (slices by weight), else its
+devices (a query expression of Allocation and WorkloadRecord)."""
+
+
 class Allocation(models.Model):
     """One run of a workload holding devices: [start, end), end empty while it runs. A requeued job has
-    one per run, so the time it waited between runs is not counted as held."""
+    one per run, so the time it waited between runs is not counted as held. On a shared flavor (MIG, MPS,
+    time-slicing) ``devices`` counts slices as the scheduler does and ``equivalents`` what they weigh: the
+    rollups charge GPU-equivalent-hours (``COALESCE(equivalents, devices)``), and ``borrowed`` slices in
+    proportion."""
 
     record = models.ForeignKey(WorkloadRecord, on_delete=models.CASCADE, related_name="allocations")
     # Copies of the record's unit and flavor (for the rollups' scans), which the record holds with
     # constraints: no second set of deferred checks per row at commit.
     unit = models.ForeignKey(OrgUnit, null=True, blank=True, on_delete=models.PROTECT, db_constraint=False)
     flavor = models.ForeignKey(ResourceFlavor, null=True, blank=True, on_delete=models.PROTECT, db_constraint=False)
-    devices = models.PositiveIntegerField()
-    borrowed = models.PositiveIntegerField(default=0)
+    devices = models.PositiveIntegerField(help_text="Devices, or slices on a shared flavor.")
+    equivalents = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="GPU-equivalents held on a shared flavor (slices by weight); empty: its devices.",
+    )
+    borrowed = models.PositiveIntegerField(
+        default=0, help_text="Of its devices (or slices), those above the guarantee."
+    )
     start = models.DateTimeField()
     end = models.DateTimeField(null=True, blank=True)
     run_key = models.CharField(max_length=64, blank=True, help_text="The scheduler's id of this run (Slurm DBIndex).")

@@ -21,7 +21,7 @@ from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from accounting.models import Allocation
+from accounting.models import HELD, Allocation
 from accounting.policy.hold_findings import Reclaim
 from quotas.history import org_snapshot_as_of
 from quotas.policy.quantity import Resource
@@ -53,9 +53,10 @@ def _preempting(
     admitted = (
         Allocation.objects.filter(start__gte=start, start__lt=end, borrowed=0, unit__isnull=False)
         .filter(submitted_at__isnull=False, flavor_id__in={p[0] for p in preempted})
+        .annotate(held=HELD)
         .values_list(
             "pk", "unit_id", "unit__path", "flavor_id", "flavor__cluster__name", "flavor__name", "submitted_at",
-            "start", "devices",
+            "start", "held",
         )
     )  # fmt: skip
     out, counted = [], set()
@@ -94,7 +95,7 @@ def _never_preempted(
     own = (
         Allocation.objects.filter(at_ask, flavor_id=OuterRef("flavor_id"), unit_id=OuterRef("unit_id"))
         .values("unit_id")
-        .annotate(n=Sum("devices"))
+        .annotate(n=Sum(HELD))
         .values("n")
     )
     rows = (
@@ -104,12 +105,13 @@ def _never_preempted(
         .annotate(
             borrower=Subquery(lent.values("unit_id")[:1]),
             borrower_path=Subquery(lent.values("unit__path")[:1]),
-            own_held=Coalesce(Subquery(own), 0),
+            own_held=Coalesce(Subquery(own), 0.0),
+            held=HELD,
         )
         .filter(borrower__isnull=False)
         .values_list(
             "unit_id", "unit__path", "flavor_id", "flavor__cluster__name", "flavor__name", "submitted_at", "start",
-            "devices", "borrower", "borrower_path", "own_held",
+            "held", "borrower", "borrower_path", "own_held",
         )
     )  # fmt: skip
     out = []

@@ -130,10 +130,20 @@ class Exporter:
 
 
 class PrometheusServer:
-    """Debian's prometheus on loopback, scraping ``exporter`` every second, data in a temp dir."""
+    """Debian's prometheus on loopback, scraping ``exporter`` every second, data in a temp dir. ``history``:
+    OpenMetrics text with timestamps, written into its database before it starts by Debian's
+    ``promtool tsdb create-blocks-from openmetrics`` (Prometheus's own backfill), so it answers for hours past."""
 
-    def __init__(self, exporter: Exporter) -> None:
+    def __init__(self, exporter: Exporter, history: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="allot-prometheus-"))
+        if history is not None:
+            (self.dir / "history.om").write_text(history)
+            backfill = [shutil.which("promtool") or "promtool", "tsdb", "create-blocks-from", "openmetrics"]
+            done = subprocess.run(
+                [*backfill, str(self.dir / "history.om"), str(self.dir / "data")], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"promtool could not write the history: {done.stderr[-2000:]}")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = self.dir / "prometheus.yml"

@@ -38,6 +38,9 @@ POD_LABELS = ("exported_pod", "pod", "pod_name")
 NAMESPACE_LABELS = ("exported_namespace", "namespace", "pod_namespace")
 JOB_LABELS = ("exported_hpc_job", "hpc_job")
 MODEL_LABELS = ("exported_modelName", "modelName")
+PROFILE_LABELS = ("exported_GPU_I_PROFILE", "GPU_I_PROFILE")
+"""The MIG profile of a series that is one MIG instance (``1g.10gb``): dcgm-exporter labels each instance with
+it and ``GPU_I_ID``. Its device-hours are the instance's; the service weighs them in GPU-equivalents."""
 """Where both are set, the ``exported_`` one is the exporter's: the plain one is then the scrape
 target's own (the dcgm-exporter pod's namespace), which Prometheus put there when they clashed."""
 RENAMED = {"pod": "exported_pod", "namespace": "exported_namespace", "hpc_job": "exported_hpc_job"}
@@ -66,6 +69,8 @@ class Owner:
     model: str = ""
     queue: str = ""
     """The Kueue ClusterQueue it was admitted to, where the series says (``QUEUE_LABELS``)."""
+    profile: str = ""
+    """The MIG profile when the GPU is a MIG instance (``PROFILE_LABELS``), else empty."""
 
     @property
     def held(self) -> bool:
@@ -105,6 +110,7 @@ def owner_of(labels: Mapping[str, str], renamed: bool = False) -> Owner:
         job=first_label(labels, [n for n in JOB_LABELS if n not in skip]),
         model=first_label(labels, MODEL_LABELS),
         queue=first_label(labels, QUEUE_LABELS),
+        profile=first_label(labels, PROFILE_LABELS),
     )
 
 

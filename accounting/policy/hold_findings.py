@@ -174,7 +174,8 @@ class Reclaim:
     admitted: datetime
     preempted: datetime | None
     promised_s: int
-    devices: int
+    devices: float
+    """What it asked for: devices, or GPU-equivalents on a shared flavor."""
     price: Decimal | None
     contract: str = ""
 

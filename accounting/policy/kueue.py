@@ -30,9 +30,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from accounting.policy.equivalents import is_slice, workload_slices
 from accounting.policy.kueue_ask import Ask, ask_from_json, ask_of, ask_to_json
 from accounting.policy.sacct import EndState
 from quotas.policy.quantity import parse_decimal_quantity
+from quotas.policy.sharing import EQUIVALENTS
 
 MULTIKUEUE_ORIGIN = "kueue.x-k8s.io/multikueue-origin"
 """The label MultiKueue puts on the Workloads it creates in a worker cluster (its value: the manager's
@@ -141,12 +143,16 @@ def admitted_devices(
     obj: Mapping[str, Any], accelerators: Mapping[str, str | None]
 ) -> tuple[str, int, dict[str, str]] | None:
     """(flavor of the accelerators, device count, every resource's total) from ``status.admission``;
-    None when the object shows no admission. Several accelerator flavors: the one with most devices."""
+    None when the object shows no admission. Several accelerator flavors: the one with most devices.
+    Slices of a shared flavor (Kueue counts them in the currency ``EQUIVALENTS`` its transformation makes
+    of them, or as themselves without one) count one device each, as the pod sets ask for them; their
+    totals per resource are among the resources (accounting.policy.equivalents weighs them)."""
     admission = (obj.get("status") or {}).get("admission")
     if not isinstance(admission, Mapping):
         return None
     per_flavor: dict[str, int] = {}
     totals: dict[str, Decimal] = {}
+    shared = ""
     for assignment in admission.get("podSetAssignments") or []:
         flavors = assignment.get("flavors") or {}
         for resource, quantity in (assignment.get("resourceUsage") or {}).items():
@@ -155,9 +161,15 @@ def admitted_devices(
             except ValueError as exc:
                 raise WorkloadError(f"status.admission podSetAssignments resourceUsage {resource}: {exc}") from exc
             totals[resource] = totals.get(resource, Decimal(0)) + amount
-            if resource in accelerators:
+            if resource == EQUIVALENTS or is_slice(resource):
+                shared = shared or str(flavors.get(resource) or "")
+            elif resource in accelerators:
                 flavor = accelerators[resource] or str(flavors.get(resource) or "")
                 per_flavor[flavor] = per_flavor.get(flavor, 0) + int(amount)
+    if shared:
+        slices = workload_slices(obj)
+        per_flavor[shared] = per_flavor.get(shared, 0) + sum(slices.values())
+        totals.update((resource, Decimal(n)) for resource, n in slices.items())
     flavor = max(per_flavor, key=lambda f: per_flavor[f]) if per_flavor else ""
     return flavor, sum(per_flavor.values()), {k: format(v.normalize(), "f") for k, v in sorted(totals.items())}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Count, F, Q
 
-from accounting.models import Allocation, UsageHour, UsageSample, WorkloadRecord
+from accounting.models import HELD, Allocation, UsageHour, UsageSample, WorkloadRecord
 from accounting.selectors.showback import ShowbackPeriod
 from quotas.models import OrgUnit
 from quotas.selectors import subtree
@@ -93,8 +93,10 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
     ceilings = effective_ceilings(snapshot)
     keys = flavor_keys()
     oldest: dict[int, dict[str, Any]] = {}
-    for rid, unit, flavor, devices, submitted, job in pending.order_by("submitted_at").values_list(
-        "id", "unit_id", "flavor_id", "devices", "submitted_at", "job_id"
+    for rid, unit, flavor, devices, submitted, job in (
+        pending.order_by("submitted_at")
+        .annotate(held=HELD)
+        .values_list("id", "unit_id", "flavor_id", "held", "submitted_at", "job_id")
     ):
         if unit in oldest or submitted is None:
             continue

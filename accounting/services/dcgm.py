@@ -182,25 +182,28 @@ def _attribute(
 ) -> dict[tuple[int, int, datetime], Measured]:
     """(unit, flavor, hour) → active, observed, productive and reporting device-hours. Pods: the
     namespace's bound unit, the flavor whose accelerator model the GPU reports (or the cluster's only
-    flavor). Slurm jobs: the unit and flavor of the recorded job."""
+    flavor; a MIG instance: the flavor that offers its profile). Slurm jobs: the unit and flavor of the
+    recorded job. A MIG instance's device-hours are weighed in GPU-equivalents (its profile's weight)."""
     resolve = _resolver(cluster, {owner for owner, _ in measured})
     rows: dict[tuple[int, int, datetime], Measured] = {}
     unresolved: set[str] = set()
     for (owner, hour), (active, observed, productive, reporting) in measured.items():
-        unit, flavor, what = resolve(owner)
+        unit, flavor, what, weight = resolve(owner)
         if unit is None:
             counts["unresolved_owner"] = counts.get("unresolved_owner", 0) + 1
             unresolved.add(what)
             continue
-        if flavor is None:
+        if flavor is None or weight is None:
             counts["unresolved_flavor"] = counts.get("unresolved_flavor", 0) + 1
-            unresolved.add(f"model {owner.model!r}")
+            unresolved.add(
+                f"MIG profile {owner.profile!r} (no flavor offers it)" if owner.profile else f"model {owner.model!r}"
+            )
             continue
         key = (unit, flavor, hour)
         a, o, p, r = rows.get(key, (0.0, 0.0, None, 0.0))
         if productive is not None:
-            p = (p or 0.0) + productive
-        rows[key] = (a + active, o + observed, p, r + reporting)
+            p = (p or 0.0) + productive * weight
+        rows[key] = (a + active * weight, o + observed * weight, p, r + reporting * weight)
     if unresolved:
         messages.append("not attributed: " + ", ".join(sorted(unresolved)[:10]))
     return rows
@@ -211,8 +214,12 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
     whose accelerator model the GPU reports (or the cluster's only flavor); Slurm jobs by their
     recorded job (a query or three, whatever the number of owners)."""
     flavors = list(ResourceFlavor.objects.filter(cluster=cluster))
-    by_model = {_model(f.accelerator_model): f.pk for f in flavors}
-    only = flavors[0].pk if len(flavors) == 1 else None
+    whole = [f for f in flavors if not f.sharing_spec.shared]
+    by_model = {_model(f.accelerator_model): f.pk for f in whole}
+    only = whole[0].pk if len(whole) == 1 else None
+    # a MIG instance's profile → the flavor offering it and its weight (one weight per profile on a cluster)
+    offers = {p.name: (f.pk, float(p.weight)) for f in flavors for p in f.sharing_spec.profiles}
+    weights = {f.pk: {p.name: float(p.weight) for p in f.sharing_spec.profiles} for f in flavors}
     namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
     queues = units_by_queue_name({owner.queue for owner in owners if owner.queue})
     jobs: dict[str, tuple[Any, Any]] = {}
@@ -225,14 +232,24 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
         ):
             jobs[job_id] = (unit_id, flavor_id)  # the latest of a reused id wins
 
-    def resolve(owner: Owner) -> tuple[Any, Any, str]:
+    def weigh(flavor: Any, profile: str) -> tuple[Any, float | None]:
+        """The flavor and a device-hour's weight: 1 for a whole GPU; a MIG instance its profile's."""
+        if not profile:
+            return flavor, 1.0
+        if flavor is None:
+            flavor = offers.get(profile, (None, 0.0))[0]
+        return flavor, weights.get(flavor, {}).get(profile)
+
+    def resolve(owner: Owner) -> tuple[Any, Any, str, float | None]:
         if owner.job:
-            unit, flavor = jobs.get(owner.job, (None, None))
-            return unit, flavor, f"job {owner.job}"
-        unit = namespaces.get(owner.namespace)
+            unit, recorded = jobs.get(owner.job, (None, None))
+            flavor, weight = weigh(recorded, owner.profile)
+            return unit, flavor, f"job {owner.job}", weight
+        unit, what = namespaces.get(owner.namespace), f"namespace {owner.namespace}"
         if unit is None and owner.queue:  # a namespace bound to no unit: Kueue's ClusterQueue label names it
-            return queues.get(owner.queue), by_model.get(_model(owner.model), only), f"ClusterQueue {owner.queue}"
-        return unit, by_model.get(_model(owner.model), only), f"namespace {owner.namespace}"
+            unit, what = queues.get(owner.queue), f"ClusterQueue {owner.queue}"
+        flavor, weight = weigh(None if owner.profile else by_model.get(_model(owner.model), only), owner.profile)
+        return unit, flavor, what, weight
 
     return resolve
 
@@ -242,7 +259,7 @@ def _memory_rows(cluster: Cluster, peaks: list[MemoryPeak], run: SourceRun) -> l
     resolve = _resolver(cluster, {p.owner for p in peaks})
     rows = []
     for peak in peaks:
-        unit, flavor, _ = resolve(peak.owner)
+        unit, flavor, _, _ = resolve(peak.owner)
         if unit is None or flavor is None:
             continue
         workload = f"job {peak.owner.job}" if peak.owner.job else f"{peak.owner.namespace}/{peak.owner.pod}"

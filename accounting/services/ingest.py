@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -40,6 +41,7 @@ from accounting.policy.sacct import (
 )
 from quotas.integrations.slurm import Sacct, SlurmError
 from quotas.models import Cluster, ClusterKind, OrgUnit, ResourceFlavor
+from quotas.policy.slurm.slices import gres_types
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ RECORD_FIELDS = [
     "flavor",
     "flavor_name",
     "devices",
+    "equivalents",
     "resources",
     "borrowed",
     "submitted_at",
@@ -91,17 +94,26 @@ class _Tally:
 class _Maps:
     units: dict[str, int]
     flavors: dict[str, ResourceFlavor]
+    types: dict[str, tuple[ResourceFlavor, Fraction]]
+    """GPU type → its flavor and weight in GPU-equivalents: a flavor's name at 1, each MIG profile's
+    ``<flavor>_<profile>`` at its weight (quotas.policy.slurm.slices)."""
 
 
 def _maps(cluster: Cluster) -> _Maps:
     """Account name → unit (its Slurm account, else its slug, as the Slurm translator names accounts),
-    flavor name → flavor. One query each."""
+    flavor name → flavor, GPU type → flavor and weight. One query each."""
     units: dict[str, int] = {}
     for uid, slug, account in OrgUnit.objects.filter(archived_at__isnull=True).values_list(
         "id", "slug", "slurm_account"
     ):
         units.setdefault(account or slug, uid)
-    return _Maps(units, {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)})
+    flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
+    types = {
+        gres: (f, weight)
+        for f in flavors.values()
+        for gres, weight in gres_types(f.name, [(p.name, p.weight) for p in f.sharing_spec.profiles])
+    }
+    return _Maps(units, flavors, types)
 
 
 def slurm_cluster_name(cluster: Cluster) -> str:
@@ -239,7 +251,7 @@ def _known_runs(cluster: Cluster, job_ids: set[str]) -> list[SacctRun]:
     arrive apart — a requeue hours later, outside this window — is folded whole."""
     rows = Allocation.objects.filter(record__cluster=cluster, record__job_id__in=job_ids).values_list(
         "record__job_id", "run_key", "raw_state", "submitted_at", "start", "end", "record__account",
-        "record__owner", "record__tier", "record__flavor_name", "devices", "record__exit_code",
+        "record__owner", "record__tier", "record__flavor_name", "devices", "record__exit_code", "record__resources",
     )  # fmt: skip
     return [
         SacctRun(
@@ -254,12 +266,18 @@ def _known_runs(cluster: Cluster, job_ids: set[str]) -> list[SacctRun]:
             submit=submitted,
             start=start,
             end=end,
-            gpus={flavor or None: devices},
+            gpus=_gpus(resources) or {flavor or None: devices},
             exit_code=exit_code,
             run_key=run_key,
         )
-        for job_id, run_key, raw_state, submitted, start, end, account, owner, qos, flavor, devices, exit_code in rows
-    ]
+        for (job_id, run_key, raw_state, submitted, start, end, account, owner, qos, flavor, devices, exit_code,
+             resources) in rows
+    ]  # fmt: skip
+
+
+def _gpus(resources: dict[str, Any]) -> dict[str | None, int]:
+    """A record's GPUs per type as sacct said them (``gpu``: untyped), from its resources."""
+    return {(None if k == "gpu" else k): int(v) for k, v in (resources or {}).items() if isinstance(v, int)}
 
 
 def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Tally) -> dict[str, Any]:
@@ -270,12 +288,16 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
         tally.unresolved.add(job.account)
     typed = [t for t in job.gpus if t is not None]
     flavor_name = typed[0] if typed else ""
-    flavor = maps.flavors.get(flavor_name) if flavor_name else None
+    flavor = maps.types[flavor_name][0] if flavor_name in maps.types else None
     if flavor is None and not typed and job.gpus and len(maps.flavors) == 1:
         flavor = next(iter(maps.flavors.values()))  # untyped GPUs on a one-flavor cluster
     if job.gpus and flavor is None:
         tally.add("unresolved_flavor")
     devices = sum(job.gpus.values())
+    equivalents = None
+    if flavor is not None and flavor.sharing_spec.shared:  # MIG slices: each type at its profile's weight
+        weighed = [(n, maps.types.get(t or "")) for t, n in job.gpus.items()]
+        equivalents = float(sum((n * found[1] for n, found in weighed if found and found[0] is flavor), Fraction(0)))
     return {
         "cluster_id": cluster_id,
         "scheduler_id": job.key,
@@ -288,6 +310,7 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
         "flavor_id": flavor.pk if flavor else None,
         "flavor_name": flavor_name,
         "devices": devices,
+        "equivalents": equivalents,
         "resources": {str(k or "gpu"): v for k, v in job.gpus.items()},
         "borrowed": devices if job.qos.startswith("burst-") else 0,
         "submitted_at": job.submitted,
@@ -303,7 +326,8 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
 
 
 ALLOCATION_COLUMNS = (
-    "record_id", "unit_id", "flavor_id", "devices", "borrowed", "start", "end", "run_key", "raw_state", "submitted_at",
+    "record_id", "unit_id", "flavor_id", "devices", "equivalents", "borrowed", "start", "end", "run_key", "raw_state",
+    "submitted_at",
 )  # fmt: skip
 
 
@@ -319,8 +343,8 @@ def _write(run: SourceRun, cluster: Cluster, maps: _Maps, runs: list[SacctRun], 
     write = _write_postgres if connection.vendor == "postgresql" else _write_orm
     ids = write(records)
     allocations = [
-        (ids[job.key], record["unit_id"], record["flavor_id"], record["devices"], record["borrowed"],
-         part.start, part.end, part.run_key, part.raw_state, part.submit)
+        (ids[job.key], record["unit_id"], record["flavor_id"], record["devices"], record["equivalents"],
+         record["borrowed"], part.start, part.end, part.run_key, part.raw_state, part.submit)
         for job, record in zip(jobs, records, strict=True)
         if record["devices"]
         for part in job.runs
@@ -347,8 +371,8 @@ def _write_orm(records: list[dict[str, Any]]) -> dict[str, int]:
 
 RECORD_COLUMNS = (
     "cluster_id", "scheduler_id", "job_id", "unit_id", "account", "owner", "project", "tier", "flavor_id",
-    "flavor_name", "devices", "resources", "borrowed", "submitted_at", "admitted_at", "ended_at", "state", "exit_code",
-    "evictions", "held_seconds", "billing", "source_run_id",
+    "flavor_name", "devices", "equivalents", "resources", "borrowed", "submitted_at", "admitted_at", "ended_at",
+    "state", "exit_code", "evictions", "held_seconds", "billing", "source_run_id",
 )  # fmt: skip
 RESOURCES_AT, EVICTIONS_AT = RECORD_COLUMNS.index("resources"), RECORD_COLUMNS.index("evictions")
 UPSERT = """

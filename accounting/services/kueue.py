@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from math import ceil
 from typing import Any
 
 from django.conf import settings
@@ -36,7 +37,8 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from accounting.models import Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.models import HELD, Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
+from accounting.policy.equivalents import held, share
 from accounting.policy.kueue import (
     LABEL_OWNER,
     LABEL_PROJECT,
@@ -399,6 +401,7 @@ def _write(
     record.tier = maps.tiers.get(track.tier, track.tier)  # a WorkloadPriorityClass name → its tier
     record.flavor, record.flavor_name = flavor, track.flavor
     record.devices = track.devices
+    record.equivalents = held(track.resources, flavor.sharing_spec) if flavor is not None else None
     record.resources = {**track.resources, "queue": track.queue, "clusterQueue": track.cluster_queue}
     record.submitted_at, record.admitted_at, record.ended_at = track.created, track.admitted, track.ended
     record.state = track.state.value
@@ -417,10 +420,11 @@ def _write(
         on = maps.flavors.get(part.flavor) if part.flavor else flavor
         if part.flavor and on is None:
             tally.add("unresolved_flavor")
+        weighs = share(held(track.resources, on.sharing_spec), track.devices, part.devices) if on else None
         borrowed = before.get(part.start)
         if borrowed is None:
-            borrowed = _borrowed(unit_id, on, part.start, part.devices, exclude=record.pk)
-        allocations.append((part, on, borrowed))
+            borrowed = _borrowed(unit_id, on, part.start, part.devices, weighs, exclude=record.pk)
+        allocations.append((part, on, borrowed, weighs))
     record.borrowed = allocations[0][2] if allocations else 0
     evicted = {e.reason for e in track.evictions} | {"readmitted"}
     record.save()
@@ -432,6 +436,7 @@ def _write(
                 unit_id=unit_id,
                 flavor=on,
                 devices=part.devices,
+                equivalents=weighs,
                 borrowed=borrowed,
                 start=part.start,
                 end=part.end,
@@ -439,7 +444,7 @@ def _write(
                 raw_state=_raw_state(part, evicted),
                 submitted_at=track.created,
             )
-            for part, on, borrowed in allocations
+            for part, on, borrowed, weighs in allocations
         ]
     )
     tally.add("allocations", len(allocations))
@@ -453,19 +458,26 @@ def _raw_state(part: Run, evicted: set[str]) -> str:
 
 
 def _borrowed(
-    unit_id: int | None, flavor: ResourceFlavor | None, start: datetime, devices: int, exclude: int | None
+    unit_id: int | None,
+    flavor: ResourceFlavor | None,
+    start: datetime,
+    devices: int,
+    equivalents: float | None,
+    exclude: int | None,
 ) -> int:
-    """Devices of this run above the unit's guarantee at its start, counting what the unit already
-    held on the flavor then."""
+    """Devices (slices) of this run above the unit's guarantee at its start, counting what the unit already
+    held on the flavor then — in GPU-equivalents on a shared flavor (``equivalents``: what the run weighs)."""
     if unit_id is None or flavor is None:
         return 0
     quota = Quota.objects.filter(unit_id=unit_id, flavor=flavor, resource=GPU).values_list("guarantee", flat=True)
     guarantee = quota.first() or 0
-    held = (
+    before = (
         Allocation.objects.filter(unit_id=unit_id, flavor=flavor, start__lte=start)
         .filter(Q(end__isnull=True) | Q(end__gt=start))
         .exclude(record_id=exclude)
-        .aggregate(n=Sum("devices"))["n"]
+        .aggregate(n=Sum(HELD))["n"]
         or 0
     )
-    return max(0, min(devices, held + devices - guarantee))
+    weighs = float(devices) if equivalents is None else equivalents
+    above = max(0.0, min(weighs, before + weighs - guarantee))
+    return min(devices, ceil(above / weighs * devices - 1e-9)) if weighs else 0

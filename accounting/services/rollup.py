@@ -96,19 +96,24 @@ ON CONFLICT (unit_id, flavor_id, hour) DO UPDATE SET
 # contract sets none), counted in the last hour it held its devices. Slurm says PREEMPTED or REQUEUED;
 # a Kueue run an eviction ended is written 'evicted <reason>'. Durations are date_part (a double):
 # EXTRACT returns numeric, whose sums over millions of run-hours cost twice the time and memory.
+# On a shared flavor a run holds its GPU-equivalents (slices by weight), its borrowed slices in proportion.
 ALLOCATIONS = """
 WITH allocated AS (
   SELECT unit_id, flavor_id, h,
          SUM(devices * secs) / 3600.0 AS allocated, SUM((devices - borrowed) * secs) / 3600.0 AS within,
          SUM(borrowed * secs) / 3600.0 AS borrowed, SUM(lost) / 3600.0 AS lost
   FROM (
-    SELECT a.unit_id, a.flavor_id, a.devices, a.borrowed, h,
+    SELECT a.unit_id, a.flavor_id, a.held AS devices,
+           CASE WHEN a.equivalents IS NULL THEN a.borrowed ELSE a.borrowed * a.equivalents / NULLIF(a.devices, 0) END
+             AS borrowed, h,
            date_part('epoch', LEAST(COALESCE(a."end", %(now)s), h + interval '1 hour') - GREATEST(a.start, h)) AS secs,
            CASE WHEN h = a.last_hour THEN a.lost ELSE 0 END AS lost
     FROM (
-      SELECT a.*, date_trunc('hour', a."end" - interval '1 microsecond') AS last_hour,
+      SELECT a.*, COALESCE(a.equivalents, a.devices) AS held,
+             date_trunc('hour', a."end" - interval '1 microsecond') AS last_hour,
              CASE WHEN a.raw_state LIKE 'PREEMPTED%%' OR a.raw_state LIKE 'REQUEUE%%' OR a.raw_state LIKE 'evicted %%'
-                  THEN a.devices * LEAST(date_part('epoch', a."end" - a.start), {cadence}) ELSE 0 END AS lost
+                  THEN COALESCE(a.equivalents, a.devices) * LEAST(date_part('epoch', a."end" - a.start), {cadence})
+                  ELSE 0 END AS lost
       FROM accounting_allocation a
       WHERE a.unit_id IS NOT NULL AND a.flavor_id IS NOT NULL {shard_a}
         AND a.start < %(end)s AND COALESCE(a."end", %(now)s) > %(start)s
@@ -372,19 +377,22 @@ def allocation_rows(start: datetime, end: datetime, now: datetime) -> list[Usage
         Q(end__isnull=True) | Q(end__gt=start)
     )
     evicted = ("PREEMPTED", "REQUEUE", "evicted ")
-    for a in runs.values("unit_id", "flavor_id", "devices", "borrowed", "start", "end", "raw_state"):
+    for a in runs.values("unit_id", "flavor_id", "devices", "equivalents", "borrowed", "start", "end", "raw_state"):
+        held, borrowed = float(a["devices"]), float(a["borrowed"])
+        if a["equivalents"] is not None:  # slices of a shared flavor: GPU-equivalents, borrowed in proportion
+            held, borrowed = a["equivalents"], borrowed * a["equivalents"] / a["devices"]
         stop = a["end"] or now
         last = floor(a["end"] - timedelta(microseconds=1)) if a["end"] else None
         lost = 0.0
         if a["end"] and str(a["raw_state"]).startswith(evicted):
-            lost = a["devices"] * min((a["end"] - a["start"]).total_seconds(), cadence.get(a["unit_id"], 1e18))
+            lost = held * min((a["end"] - a["start"]).total_seconds(), cadence.get(a["unit_id"], 1e18))
         at = floor(max(a["start"], start))
         while at < min(stop, end):
             secs = (min(stop, at + hour) - max(a["start"], at)).total_seconds()
             r = row(a["unit_id"], a["flavor_id"], at)
-            r["a"] += a["devices"] * secs / 3600
-            r["w"] += (a["devices"] - a["borrowed"]) * secs / 3600
-            r["b"] += a["borrowed"] * secs / 3600
+            r["a"] += held * secs / 3600
+            r["w"] += (held - borrowed) * secs / 3600
+            r["b"] += borrowed * secs / 3600
             if at == last:
                 r["lost"] += lost / 3600
             at += hour

@@ -182,46 +182,57 @@ def test_time_sliced_shares_and_whole_gpus_on_a_shared_flavor(kube_plane):
         delete_jobs(kube_plane, ns)
 
 
-@pytest.mark.django_db
-def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothing(kube_plane, org):
-    """Through Allot's own sync (the shipped RBAC, server-side apply, the owned-field diff): the currency's
-    quotas as the API server keeps them read back equal, and the run says what the slices rely on. A cluster,
-    flavor and organisation of its own: the plane is shared by the session's tests (the demo's acme is there)."""
+def mig_cluster(plane, org, suffix=""):
+    """Through Allot's services: a cluster of its own on the plane (the shipped RBAC), an H100 MIG flavor, and
+    migorg → migteam holding 1 GPU-equivalent of it, bound to namespace ``mig-sync<suffix>``. Names of its own:
+    the plane is shared by the session's tests (the demo's acme is there)."""
     from quotas import services
-    from quotas.models import ClusterKind, SyncStatus
-    from quotas.services.sync import cluster_sync
+    from quotas.models import ClusterKind
     from tests.quotas.test_kube_real import shipped_rbac
 
-    shipped_rbac(kube_plane)
-    namespace(kube_plane, "mig-sync")
+    shipped_rbac(plane)
+    ns = f"mig-sync{suffix}"
+    namespace(plane, ns)
     why = "slices"
     cluster = services.cluster_set(
         actor=org.admin,
         reason=why,
-        name="mig-west",
+        name=f"mig-west{suffix}",
         kind=ClusterKind.KUBERNETES,
-        connection_ref=f"kubeconfig:{kube_plane.sync_kubeconfig}",
+        connection_ref=f"kubeconfig:{plane.sync_kubeconfig}",
     )
     flavor = services.flavor_set(
         actor=org.admin,
         reason=why,
         cluster=cluster,
-        name="h100-mig-sync",
+        name=f"h100-mig-sync{suffix}",
         accelerator_model="NVIDIA H100 80GB HBM3",
         device_memory_gb=80,
         physical_devices=2,
         sharing="mig",
-        node_labels={"gpu": "h100-mig-sync"},
+        node_labels={"gpu": f"h100-mig-sync{suffix}"},
     )
     root = services.org_unit_create(
-        actor=org.admin, reason=why, parent=None, kind="organisation", slug="migorg", contract=org.contract
+        actor=org.admin, reason=why, parent=None, kind="organisation", slug=f"migorg{suffix}", contract=org.contract
     )
     team = services.org_unit_create(actor=org.admin, reason=why, parent=root, kind="team", slug="migteam")
     for unit, g in ((root, 2), (team, 1)):
         services.quota_set_bulk(
             actor=org.admin, reason=why, changes=[services.QuotaChange(unit.pk, flavor.pk, GPU, g, 0, 0)]
         )
-    services.namespace_bind(actor=org.admin, reason=why, unit=team, cluster=cluster, namespace="mig-sync")
+    services.namespace_bind(actor=org.admin, reason=why, unit=team, cluster=cluster, namespace=ns)
+    return cluster, flavor, team, ns
+
+
+@pytest.mark.django_db
+def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothing(kube_plane, org):
+    """Through Allot's own sync (the shipped RBAC, server-side apply, the owned-field diff): the currency's
+    quotas as the API server keeps them read back equal, and the run says what the slices rely on."""
+    from quotas.models import SyncStatus
+    from quotas.services.sync import cluster_sync
+
+    cluster, _, _, _ = mig_cluster(kube_plane, org)
+    why = "slices"
     first = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     assert first.status == SyncStatus.APPLIED, first.message
     assert "shared flavor(s) h100-mig-sync: slices count by weight only where" in first.message
@@ -233,3 +244,51 @@ def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothin
     second = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     written = [(o.kind, o.name, o.changes) for o in second.results.exclude(outcome="unchanged")]
     assert second.status == SyncStatus.IN_SYNC, (second.message, written)
+
+
+@pytest.mark.django_db
+def test_kueue_workloads_of_slices_are_charged_in_gpu_equivalents(kube_plane, org):
+    """Issue #45.5 on the real Kueue: seven 1g.10gb slices admitted in Kueue's currency (999999 millionths) are
+    recorded, through the usage source with the shipped RBAC, as 7 slices weighing exactly 1 GPU-equivalent —
+    and charged as GPU-equivalent-hours by the rollup."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounting.models import Allocation, UsageHour, WorkloadRecord
+    from accounting.services import usage_rollup
+    from accounting.services.kueue import usage_resync_kueue
+    from quotas.services.sync import cluster_sync
+
+    cluster, flavor, team, ns = mig_cluster(kube_plane, org, suffix="-use")
+    assert cluster_sync(actor=org.admin, reason="t", cluster=cluster).status == "applied"
+    queue = "migorg-use.migteam"
+    active(kube_plane, [queue])
+    job = gpu_job("seven", ns, queue, 1, node_selector={"gpu": flavor.name})
+    job["metadata"]["labels"].update(LABELS)
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 7
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/mig-1g.10gb": "1"},
+        "limits": {"nvidia.com/mig-1g.10gb": "1"},
+    }
+    try:
+        kube_plane.apply_manifest(job)
+        wl = wait_for(
+            "seven slices admitted", lambda: (w := workloads(kube_plane, ns).get("seven")) and admitted(w) and w
+        )
+        assert wl["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] == {EQUIVALENTS: "999999"}
+        run = usage_resync_kueue(cluster=cluster)
+        assert run.status == "ok", (run.message, run.problems)
+        record = WorkloadRecord.objects.get(cluster=cluster, job_id=f"{ns}/{wl['metadata']['name']}")
+        assert (record.unit_id, record.flavor_id, record.devices) == (team.pk, flavor.pk, 7)
+        assert record.equivalents == 1.0  # 7 × 1/7 exactly, not Kueue's 0.999999
+        assert record.resources["nvidia.com/mig-1g.10gb"] == "7" and record.resources[EQUIVALENTS] == "999999"
+        [allocation] = Allocation.objects.filter(record=record)
+        assert (allocation.devices, allocation.equivalents, allocation.borrowed) == (7, 1.0, 0)
+        now = timezone.now()
+        start = allocation.start.replace(minute=0, second=0, microsecond=0)
+        usage_rollup(start=start, end=now + timedelta(hours=1), now=now)
+        charged = sum(h.allocated for h in UsageHour.objects.filter(unit=team, flavor=flavor))
+        assert charged == pytest.approx((now - allocation.start).total_seconds() / 3600, rel=1e-6)
+    finally:
+        delete_jobs(kube_plane, ns)

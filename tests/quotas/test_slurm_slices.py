@@ -107,3 +107,43 @@ def test_two_halves_fill_the_equivalent_and_a_third_waits(sliced):
     shown = _sh("scontrol", "show", "job", sliced.jobs[-1]).stdout
     assert "JobState=PENDING" in shown and "Reason=QOSGrpGRES" in shown, shown
     assert AuditEvent.objects.filter(action="flavor_set", object_repr="slurm-lab/h100-mig").exists()
+
+
+def test_slices_that_ran_are_charged_in_gpu_equivalents_as_slurm_bills_them(sliced):
+    """Issue #45.5 on the real Slurm: two 3g.40gb slices that ran are read back through sacct as 2 slices weighing
+    1 GPU-equivalent, billed per second as slurmctld bills them (each slice its weight × 10, TRESBillingWeights)
+    — and the usage Allot's Fair Tree charges the account is the RawUsage sshare prints."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounting.models import Allocation, SourceStatus, WorkloadRecord
+    from accounting.services import usage_ingest_slurm
+    from accounting.services.fairshare import slurm_fairshare
+    from tests.accounting.test_slurm_usage import _sshare, wait_until_finished
+
+    _sh("sacctmgr", "-i", "modify", "account", "where", "name=root", "cluster=lab", "set", "RawUsage=0", check=True)
+    since = timezone.now().replace(microsecond=0)
+    halves = _submit(sliced, f"gpu:{THREE_G}:2", wrap="sleep 15")
+    assert halves.returncode == 0, halves.stderr
+    job = sliced.jobs[-1]
+    wait_until_finished(job)
+    run = usage_ingest_slurm(cluster=sliced.slurm, now=timezone.now() + timedelta(minutes=1))
+    assert run.status == SourceStatus.OK, (run.message, run.problems)
+    record = WorkloadRecord.objects.get(cluster=sliced.slurm, job_id=job)
+    assert (record.flavor_name, record.devices, record.equivalents) == (THREE_G, 2, 1.0)
+    assert record.flavor is not None and record.flavor.name == "h100-mig"
+    assert record.resources == {THREE_G: 2}
+    assert list(Allocation.objects.filter(record=record).values_list("devices", "equivalents")) == [(2, 1.0)]
+    # billed as slurmctld bills it: 1 CPU + DefMemPerCPU's 1000M × 0.25/GB + 2 slices × (1/2 × 10)
+    assert record.billing == pytest.approx(1 + 1000 * 0.25 / 1024 + 10, abs=1e-6)
+    report = slurm_fairshare(cluster=sliced.slurm, since=since)
+    ours = {(line.account, line.user): line.usage for line in report.lines}
+    deadline = time.monotonic() + 120
+    while True:  # slurmctld charges RawUsage when the job's record reaches it
+        raw = {key: float(f["RawUsage"] or 0) for key, _, f in _sshare()}
+        if raw.get(("vision", "bob"), 0) > 0:
+            break
+        assert time.monotonic() < deadline, f"sshare has not charged the job: {raw}"
+        time.sleep(2)
+    assert ours[("vision", "bob")] == pytest.approx(raw[("vision", "bob")], rel=0.02)

@@ -1,0 +1,76 @@
+"""What a workload on a shared flavor holds, in GPU-equivalents (quotas.policy.sharing): the same figure
+whichever scheduler or telemetry said it. Pure.
+
+Each source counts slices its own way — a Kueue Workload's pod sets ask for ``nvidia.com/mig-1g.10gb``
+(Kueue's own usage is the transformed currency, millionths rounded down per slice), sacct's AllocTRES has
+``gres/gpu:h100-mig_1g.10gb=7``, dcgm-exporter has one series per MIG instance labelled ``GPU_I_PROFILE`` —
+so Allot counts the slices and weighs them itself, with the flavor's exact weights (seven 1g.10gb slices
+of an H100 are 1 GPU-equivalent on every path, not 0.999999 on Kueue's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, FlavorSharing
+
+
+def is_slice(resource: str) -> bool:
+    """A resource a shared flavor offers: a MIG profile or a shared GPU (MPS, time-slicing)."""
+    return resource.startswith(MIG_PREFIX) or resource == SHARED_GPU
+
+
+def pod_slices(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Slices one pod of a pod template's spec asks for, per resource: its containers' requests (else limits:
+    the API server defaults an extended resource's request to its limit), or an init container's if larger."""
+    found: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for resource, n in _asked(container).items():
+            found[resource] = found.get(resource, 0) + n
+    for container in spec.get("initContainers") or []:
+        for resource, n in _asked(container).items():
+            found[resource] = max(found.get(resource, 0), n)
+    return found
+
+
+def _asked(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    found = {}
+    for resource, value in asked.items():
+        if is_slice(str(resource)) and str(value).isdigit():
+            found[str(resource)] = int(str(value))
+    return found
+
+
+def workload_slices(obj: Mapping[str, Any]) -> dict[str, int]:
+    """Slices a Kueue Workload's pod sets ask for in all, per resource (each pod set's count × one pod's)."""
+    found: dict[str, int] = {}
+    for pod_set in (obj.get("spec") or {}).get("podSets") or []:
+        count = pod_set.get("count")
+        pods = count if isinstance(count, int) and count > 0 else 1
+        for resource, n in pod_slices(((pod_set.get("template") or {}).get("spec")) or {}).items():
+            found[resource] = found.get(resource, 0) + pods * n
+    return found
+
+
+def held(slices: Mapping[str, object], sharing: FlavorSharing) -> float | None:
+    """GPU-equivalents of ``slices`` (resource → count; other keys ignored) on a flavor shared as ``sharing``:
+    None on a whole flavor (its devices are what it holds)."""
+    if not sharing.shared:
+        return None
+    weights = sharing.weights()
+    total = Fraction(0)
+    for resource, n in slices.items():
+        if resource in weights and str(n).isdigit():
+            total += weights[resource] * int(str(n))
+    return float(total)
+
+
+def share(equivalents: float | None, devices: int, part: int) -> float | None:
+    """What ``part`` of a workload's ``devices`` (slices) weighs, when all of them weigh ``equivalents``."""
+    if equivalents is None or devices <= 0:
+        return None
+    return equivalents * part / devices
