@@ -88,7 +88,16 @@ def test_the_run_commands_demo_keeps_every_month_s_findings_and_names_every_logi
     call_command("allot_usage_demo", review="now")
     out = capsys.readouterr().out
     logins = out.rsplit("Demo logins", 1)[1].split("\n", 1)[0]
-    for name in ("admin", "viewer", "lead-nlp", "head-research", "head-earth", "lead-vc6ye", "head-fleet-lab"):
+    for name in (
+        "admin",
+        "viewer",
+        "lead-nlp",
+        "head-research",
+        "head-earth",
+        "lead-vc6ye",
+        "head-fleet-lab",
+        "lead-inference",
+    ):
         assert name in logins, logins
     live = Finding.objects.filter(state__in=["open", "acknowledged"])
     # today's (research), October 2026's (the fleet lab) and May 2020's (Earth): no detection resolved another's

@@ -43,6 +43,7 @@ class Command(BaseCommand):
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
             mail.outbox = []
             run = load_usage_demo(progress)
+            self.inference()  # before the research's findings: they are detected over both
             self.research()  # before the other findings: its detection's window is today's
             self.fleet()
             if run is None:
@@ -84,6 +85,16 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Loaded the research department's recent month (synthetic), a budget and a pending change request: "
                 f"{found or 'no findings'}; sign in as lead-nlp or head-research"
+            )
+
+    def inference(self) -> None:
+        """The inference team on MIG slices of an H100 flavor (a synthetic recent month, in GPU-equivalents)."""
+        from accounting.demo_inference import load_inference_demo
+
+        if load_inference_demo():
+            self.stdout.write(
+                "Loaded the inference team's recent month on H100 MIG slices (synthetic, in GPU-equivalents); "
+                "sign in as lead-inference"
             )
 
     def fleet(self) -> None:
