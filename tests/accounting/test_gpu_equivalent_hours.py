@@ -13,7 +13,8 @@ The mix, from T0 (three hours ago, on the hour):
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -237,3 +238,36 @@ def test_the_same_mix_is_the_same_gpu_equivalent_hours_on_kueue_slurm_and_dcgm(f
     # the slices' hours within the guarantee (2 GPU-equivalents): none borrowed on either scheduler
     assert sum(h.borrowed for h in usage) == 0
     assert hours(per_hour(usage.filter(flavor__cluster=org.cluster), "within")) == expected
+
+
+def test_an_idle_slice_guarantee_is_idle_in_gpu_equivalents(fleet):
+    """inference holds two 1g.10gb slices all day — 2/7 of a GPU-equivalent of its guarantee of 2 (14 %), though
+    2 of 2 if slices were counted as devices — while vision borrows seven on the flavor: the idle-guarantee
+    finding, its evidence and cost in GPU-equivalent-hours."""
+    from accounting.models import Finding
+    from accounting.policy.findings import Thresholds
+    from accounting.services.findings import findings_detect
+
+    org = fleet
+    org.t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    services.namespace_bind(actor=org.admin, reason="t", unit=org.vision, cluster=org.cluster, namespace="vision")
+    services.flavor_set(actor=org.admin, reason="t", cluster=org.cluster, name="h100-mig", price_per_device_hour="7.00")
+    day = [
+        workload(
+            org, "idle", "model-playground-stg", [(2, {ONE_G: 1})], "h100-mig", {EQUIVALENTS: "285714"}, (0, 1440)
+        ),
+        workload(org, "lent", "vision", [(7, {ONE_G: 1})], "h100-mig", {EQUIVALENTS: "999999"}, (0, 1440)),
+    ]
+    with WatchScriptServer([list_step(day, "10")]) as server:
+        org.cluster.connection_ref = f"url:{server.url}"
+        org.cluster.save()
+        run = usage_resync_kueue(cluster=org.cluster, client=KueueClient(api_client_for(org.cluster.connection_ref)))
+    assert run.status == SourceStatus.OK, (run.message, run.problems)
+    borrower = WorkloadRecord.objects.get(cluster=org.cluster, unit=org.vision)
+    assert (borrower.devices, borrower.equivalents, borrower.borrowed) == (7, 1.0, 7)  # no guarantee there: all lent
+    usage_rollup(start=org.t0, end=org.t0 + timedelta(days=1))
+    findings_detect(end=org.t0 + timedelta(days=1), th=Thresholds(idle_window_days=1))
+    idle = Finding.objects.get(kind="idle_guarantee", unit=org.inference)
+    assert idle.evidence["used_share"] == pytest.approx(1 / 7, abs=1e-4)  # (2/7) / 2
+    assert idle.evidence["idle_h"] == pytest.approx(24 * (2 - 2 / 7), abs=0.05)
+    assert idle.cost == pytest.approx(Decimal("7.00") * Decimal(24 * 12 / 7), abs=Decimal("0.35"))
