@@ -10,7 +10,7 @@ from quotas.policy.placement import matching_flavors
 from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, show
 
 from .review import Decision, Reason, Review
-from .workload import PodSet, describe_requirements
+from .workload import DRA, PodSet, describe_requirements
 
 
 def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
@@ -69,6 +69,17 @@ def devices(r: Review) -> list[Decision]:
         if slices and any(f.profiles for f in policy.flavors):
             found.append(_not_offered(r, podset, ", ".join(slices)))
             ungoverned = [n for n in ungoverned if n not in slices]
+        if DRA in ungoverned:  # partitionable devices through DRA: not governed yet, and no mapping makes them so
+            ungoverned = [n for n in ungoverned if n != DRA]
+            found.append(
+                r.deny(
+                    Reason.UNGOVERNED_ACCELERATOR,
+                    f"{podset.name} asks for {DRA}: Allot does not govern DRA devices on cluster {policy.cluster} "
+                    f"yet, so it cannot count them against {rule.unit_path}'s quota — request "
+                    f"{' or '.join(sorted(counted))} instead (a MIG slice as nvidia.com/mig-<profile>, where a flavor "
+                    "offers it)",
+                )
+            )
         if ungoverned:
             found.append(
                 r.deny(

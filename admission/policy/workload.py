@@ -35,6 +35,8 @@ ACCELERATOR_PREFIXES = (
     "google.com/tpu",
 )
 """Extended resources that are accelerators: counted when mapped to a flavor, refused otherwise."""
+DRA = "resource claims (DRA)"
+"""What a pod asking for devices through Dynamic Resource Allocation (``resourceClaims``) is called in answers."""
 
 
 class WorkloadError(ValueError):
@@ -101,9 +103,9 @@ class PodSet:
                     if name not in resources and str(name).startswith(ACCELERATOR_PREFIXES) and _nonzero(value):
                         found.add(str(name))
             if requested.get("claims"):
-                found.add("resource claims (DRA)")
+                found.add(DRA)
         if self.spec.get("resourceClaims"):
-            found.add("resource claims (DRA)")
+            found.add(DRA)
         return sorted(found)
 
 

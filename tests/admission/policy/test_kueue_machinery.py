@@ -318,7 +318,6 @@ def test_a_pin_to_an_unknown_flavor_is_refused_with_the_flavors_there_are():
     [
         ({"limits": {"amd.com/gpu": "1"}}, "amd.com/gpu"),
         ({"limits": {"nvidia.com/mig-1g.10gb": "1"}}, "nvidia.com/mig-1g.10gb"),
-        ({"claims": [{"name": "gpu"}]}, "resource claims (DRA)"),
     ],
 )
 def test_accelerators_allot_does_not_count_are_refused(resources, fragment):
@@ -326,6 +325,23 @@ def test_accelerators_allot_does_not_count_are_refused(resources, fragment):
     decision = decide(policy(), request(job(pod=pod)))
     assert decision.reason is Reason.UNGOVERNED_ACCELERATOR and fragment in decision.message
     assert "ALLOT_ADMISSION_ACCELERATORS" in decision.message
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {"containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}]},
+        {"containers": [{"name": "main"}], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "mig"}]},
+    ],
+)
+def test_dra_claims_are_refused_naming_what_to_request_instead(pod):
+    """Issue #45.4: devices through DRA are not governed yet; the answer says so and what to ask for instead — not
+    to map them with ALLOT_ADMISSION_ACCELERATORS, which cannot."""
+    decision = decide(policy(), request(job(pod=pod)))
+    assert decision.reason is Reason.UNGOVERNED_ACCELERATOR
+    assert "asks for resource claims (DRA): Allot does not govern DRA devices on cluster west yet" in decision.message
+    assert "request nvidia.com/gpu instead (a MIG slice as nvidia.com/mig-<profile>" in decision.message
+    assert "ALLOT_ADMISSION_ACCELERATORS" not in decision.message
 
 
 def test_a_mapped_accelerator_counts_against_its_flavor():
