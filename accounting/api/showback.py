@@ -95,6 +95,11 @@ SHOWBACK = inline_serializer(
             many=True,
             fields={
                 "flavor_key": serializers.CharField(),
+                "hours_of": serializers.ChoiceField(
+                    ["devices", "GPU-equivalents"],
+                    help_text="What its hours count: devices, or GPU-equivalents on a shared flavor (MIG, MPS, "
+                    "time-slicing; its price is per GPU-equivalent-hour)",
+                ),
                 "price_per_device_hour": serializers.CharField(allow_null=True),
                 **{f"{k}_h": serializers.FloatField() for k in FLAVOR_PARTS},
                 "fleet_cost": MONEY,

@@ -137,7 +137,14 @@ def showback_for(period: ShowbackPeriod, *, rule: SharedCost) -> tuple[Showback,
         for f in ResourceFlavor.objects.filter(id__in=covered)
         .annotate(reserved=Sum("reservations__devices"))
         .values(
-            "id", "name", "cluster__name", "physical_devices", "headroom_devices", "price_per_device_hour", "reserved"
+            "id",
+            "name",
+            "cluster__name",
+            "physical_devices",
+            "headroom_devices",
+            "price_per_device_hour",
+            "reserved",
+            "sharing",
         )
     }
     if period.end <= timezone.now():  # a closed month: the prices in force at its end, not today's
@@ -213,6 +220,7 @@ def showback_report(period: ShowbackPeriod, *, within: str = "", rollup: bool = 
         flavors.append(
             {
                 "flavor_key": f"{f['cluster__name']}/{f['name']}",
+                "hours_of": "GPU-equivalents" if f["sharing"] != "whole" else "devices",
                 "price_per_device_hour": None
                 if f["price_per_device_hour"] in (None, 0)
                 else str(f["price_per_device_hour"]),

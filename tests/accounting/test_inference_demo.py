@@ -74,7 +74,11 @@ def test_showback_charges_gpu_equivalent_hours_at_the_flavors_price(inference, a
     month = "2026-11"
     report = admin_client.get("/api/v1/showback/", {"month": month, "rollup": "false"}).json()
     [flavor] = [f for f in report["flavors"] if f["flavor_key"] == "k8s-west/h100-mig"]
-    assert Decimal(flavor["price_per_device_hour"]) == Decimal("4.00")
+    assert Decimal(flavor["price_per_device_hour"]) == Decimal("4.00") and flavor["hours_of"] == "GPU-equivalents"
+    whole = [f for f in report["flavors"] if f["flavor_key"] == "k8s-west/a100-80gb"]
+    assert all(f["hours_of"] == "devices" for f in whole)
+    page = signed_in("admin").get("/showback/", {"month": month}).content.decode()
+    assert "k8s-west/h100-mig <span" in page and "(GPU-equivalent-hours)" in page
     [line] = [
         ln
         for ln in report["lines"]
