@@ -218,7 +218,7 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
     by_model = {_model(f.accelerator_model): f.pk for f in whole}
     only = whole[0].pk if len(whole) == 1 else None
     # a MIG instance's profile → the flavor offering it and its weight (one weight per profile on a cluster)
-    offers = {p.name: (f.pk, float(p.weight)) for f in flavors for p in f.sharing_spec.profiles}
+    offers = {p.name: f.pk for f in flavors for p in f.sharing_spec.profiles}
     weights = {f.pk: {p.name: float(p.weight) for p in f.sharing_spec.profiles} for f in flavors}
     namespaces = dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id"))
     queues = units_by_queue_name({owner.queue for owner in owners if owner.queue})
@@ -237,7 +237,7 @@ def _resolver(cluster: Cluster, owners: set[Owner]) -> Any:
         if not profile:
             return flavor, 1.0
         if flavor is None:
-            flavor = offers.get(profile, (None, 0.0))[0]
+            flavor = offers.get(profile)
         return flavor, weights.get(flavor, {}).get(profile)
 
     def resolve(owner: Owner) -> tuple[Any, Any, str, float | None]:

@@ -111,25 +111,47 @@ def test_two_halves_fill_the_equivalent_and_a_third_waits(sliced):
 
 def test_slices_that_ran_are_charged_in_gpu_equivalents_as_slurm_bills_them(sliced):
     """Issue #45.5 on the real Slurm: two 3g.40gb slices that ran are read back through sacct as 2 slices weighing
-    1 GPU-equivalent, billed per second as slurmctld bills them (each slice its weight × 10, TRESBillingWeights)
-    — and the usage Allot's Fair Tree charges the account is the RawUsage sshare prints."""
+    1 GPU-equivalent, billed per second as slurmctld bills them with the partition's TRESBillingWeights set as Allot
+    proposes (each GPU type its weight × 10; set live with scontrol, the stack's own weights put back after) — and the
+    usage Allot's Fair Tree charges the account is the RawUsage sshare prints."""
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from accounting.models import Allocation, SourceStatus, WorkloadRecord
+    from accounting.models import SourceStatus
     from accounting.services import usage_ingest_slurm
-    from accounting.services.fairshare import slurm_fairshare
-    from tests.accounting.test_slurm_usage import _sshare, wait_until_finished
+    from quotas.selectors import slurm_desired
+    from tests.accounting.test_slurm_usage import wait_until_finished
 
-    _sh("sacctmgr", "-i", "modify", "account", "where", "name=root", "cluster=lab", "set", "RawUsage=0", check=True)
-    since = timezone.now().replace(microsecond=0)
-    halves = _submit(sliced, f"gpu:{THREE_G}:2", wrap="sleep 15")
-    assert halves.returncode == 0, halves.stderr
-    job = sliced.jobs[-1]
-    wait_until_finished(job)
-    run = usage_ingest_slurm(cluster=sliced.slurm, now=timezone.now() + timedelta(minutes=1))
-    assert run.status == SourceStatus.OK, (run.message, run.problems)
+    # the partition billed as Allot proposes (the API's slurm view, per flavor): each GPU type its weight × 10
+    shown = _sh("scontrol", "show", "partition", "gpu", "-o", check=True).stdout
+    before = shown.split("TRESBillingWeights=", 1)[1].split()[0]
+    gres = [
+        part for text in slurm_desired(sliced.slurm).billing.values() for part in text.split(",") if "GRES/" in part
+    ]
+    proposed = ",".join(["CPU=1.0", "Mem=0.25G", *gres])
+    assert f"GRES/gpu:{THREE_G}=5" in proposed and "GRES/gpu:a100=10" in proposed, proposed
+    _sh("scontrol", "update", "PartitionName=gpu", f"TRESBillingWeights={proposed}", check=True)
+    try:
+        _sh("sacctmgr", "-i", "modify", "account", "where", "name=root", "cluster=lab", "set", "RawUsage=0", check=True)
+        since = timezone.now().replace(microsecond=0)
+        halves = _submit(sliced, f"gpu:{THREE_G}:2", wrap="sleep 15")
+        assert halves.returncode == 0, halves.stderr
+        job = sliced.jobs[-1]
+        wait_until_finished(job)
+        run = usage_ingest_slurm(cluster=sliced.slurm, now=timezone.now() + timedelta(minutes=1))
+        assert run.status == SourceStatus.OK, (run.message, run.problems)
+        _charged_as_sshare_prints(sliced, job, since)
+    finally:
+        _sh("scontrol", "update", "PartitionName=gpu", f"TRESBillingWeights={before}", check=True)
+
+
+def _charged_as_sshare_prints(sliced, job, since):
+
+    from accounting.models import Allocation, WorkloadRecord
+    from accounting.services.fairshare import slurm_fairshare
+    from tests.accounting.test_slurm_usage import _sshare
+
     record = WorkloadRecord.objects.get(cluster=sliced.slurm, job_id=job)
     assert (record.flavor_name, record.devices, record.equivalents) == (THREE_G, 2, 1.0)
     assert record.flavor is not None and record.flavor.name == "h100-mig"
