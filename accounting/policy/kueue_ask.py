@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from accounting.policy.equivalents import pod_slices
 from quotas.policy.quantity import parse_decimal_quantity
 
 
@@ -36,6 +37,8 @@ class Ask:
     """Kueue's QuotaReserved=False reason, message and time while it waits."""
     checks: tuple[str, ...] = ()
     """Admission checks still Pending or Retry."""
+    slices: Mapping[str, int] = field(default_factory=dict)
+    """Slices of a shared flavor it asks for in all, per resource (``nvidia.com/mig-1g.10gb`` → 7)."""
 
 
 def _per_pod(template: Mapping[str, Any], accelerators: Mapping[str, str | None]) -> tuple[int, str]:
@@ -62,15 +65,18 @@ def ask_of(obj: Mapping[str, Any], accelerators: Mapping[str, str | None], *, at
     spec = obj.get("spec") or {}
     pods = per_pod = devices = 0
     flavor, placement = "", dict[str, Any]()
+    slices: dict[str, int] = {}
     for podset in spec.get("podSets") or []:
         if not isinstance(podset, Mapping):
             continue
         template = podset.get("template") or {}
+        count = podset.get("count")
+        count = count if isinstance(count, int) and count > 0 else 1
+        for resource, k in pod_slices(template.get("spec") or {}).items():
+            slices[resource] = slices.get(resource, 0) + count * k
         n, mapped = _per_pod(template, accelerators)
         if not n:
             continue
-        count = podset.get("count")
-        count = count if isinstance(count, int) and count > 0 else 1
         pods, devices, per_pod = pods + count, devices + count * n, max(per_pod, n)
         flavor = flavor or mapped
         if not placement:
@@ -90,7 +96,7 @@ def ask_of(obj: Mapping[str, Any], accelerators: Mapping[str, str | None], *, at
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("name"):
             job = f"{ref.get('kind') or ''}/{ref['name']}"
-    return Ask(pods, per_pod, devices, flavor, placement, job, reason, message, at if reason else None, checks)
+    return Ask(pods, per_pod, devices, flavor, placement, job, reason, message, at if reason else None, checks, slices)
 
 
 def ask_to_json(ask: Ask) -> dict[str, Any]:
@@ -105,6 +111,7 @@ def ask_to_json(ask: Ask) -> dict[str, Any]:
         "message": ask.message,
         "since": ask.since.isoformat() if ask.since else None,
         "checks": list(ask.checks),
+        **({"slices": dict(ask.slices)} if ask.slices else {}),
     }
 
 
@@ -123,4 +130,5 @@ def ask_from_json(data: Mapping[str, Any] | None) -> Ask:
         message=str(data.get("message") or ""),
         since=datetime.fromisoformat(since) if isinstance(since, str) and since else None,
         checks=tuple(str(c) for c in data.get("checks") or []),
+        slices={str(k): int(v) for k, v in (data.get("slices") or {}).items()},
     )

@@ -17,11 +17,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from functools import cached_property
 
 from accounting.policy.kueue_ask import Ask
 from quotas.policy.budgets import BudgetAction, period_bounds
 from quotas.policy.quantity import Resource
+from quotas.policy.sharing import MIG_PREFIX, equivalents, show
 from quotas.policy.snapshot import OrgSnapshot
 
 GPU = Resource.GPU
@@ -200,6 +202,8 @@ def explain(snapshot: OrgSnapshot, view: LiveView, target: Pending, *, now: date
         return Explanation(target.name, "", ask.devices, (cause,), (), says, view.observed_at)
     path = snapshot.path(uid)
     candidates = [k for k in view.flavors if target.flavors is None or k in target.flavors]
+    if ask.slices:
+        return _slices(snapshot, view, target, path, candidates, says)
     if ask.flavor:
         candidates = [k for k in candidates if k.split("/", 1)[-1] == ask.flavor]
     flavors = {k: _flavor(snapshot, view, uid, k) for k in view.flavors}
@@ -415,3 +419,52 @@ def _ahead(snapshot: OrgSnapshot, view: LiveView, target: Pending) -> list[Pendi
         if other > rank or (other == rank and older):
             out.append(p)
     return out
+
+
+def _slices(
+    snapshot: OrgSnapshot, view: LiveView, target: Pending, path: str, candidates: list[str], says: str
+) -> Explanation:
+    """A workload of slices of a shared flavor: what they weigh in GPU-equivalents against the unit's ceiling on the
+    flavors that offer them. The step-by-step causes below count whole devices, not slices yet: past the ceiling
+    check, Kueue's own word is the explanation."""
+    asked = dict(target.ask.slices)
+    offering = [
+        k for k in candidates if k in snapshot.flavors and set(asked) <= set(snapshot.flavors[k].sharing.weights())
+    ]
+    what = " + ".join(f"{n} × {r.removeprefix(MIG_PREFIX)}" for r, n in sorted(asked.items()))
+    if not offering:
+        cause = Cause(
+            "no-quota",
+            f"no flavor it may run on offers {what}",
+            ("ask for a profile a shared flavor of the cluster offers (the unit page lists them)",),
+            85,
+        )
+        return Explanation(target.name, path, 0, (cause,), (), says, view.observed_at)
+    limits = []
+    for key in offering:
+        flavor = _flavor(snapshot, view, target.unit_id or 0, key)
+        weighs = equivalents(asked, snapshot.flavors[key].sharing.weights())
+        limits.append((flavor.ceiling - weighs, key, weighs, flavor))
+    _, key, weighs, best = max(limits)
+    if weighs > best.ceiling:
+        cause = Cause(
+            "beyond-ceiling",
+            f"asks for {_equivalents(weighs)} ({what}); {best.limit_by} may hold at most {best.ceiling} on "
+            f"{key}",
+            (f"guarantee {best.guarantee}, ceiling {best.ceiling} GPU-equivalents (guarantee + burst, bounded by "
+             "its parents)",),
+            80,
+        )  # fmt: skip
+    else:
+        cause = Cause(
+            "slices",
+            f"asks for {_equivalents(weighs)} ({what}) on {key}, within {best.limit_by}'s ceiling of "
+            f"{best.ceiling}: Allot does not explain a wait for slices further yet — Kueue's own word is below",
+            (),
+            40,
+        )
+    return Explanation(target.name, path, 0, (cause,), (), says, view.observed_at)
+
+
+def _equivalents(value: Fraction) -> str:
+    return f"{show(value)} GPU-equivalent{'' if value == 1 else 's'}"

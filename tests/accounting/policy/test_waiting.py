@@ -165,3 +165,56 @@ def test_room_in_quota_but_no_node_with_room_for_a_pod_is_fragmentation():
     roomy = LiveView(base.cluster, base.observed_at, base.flavors, blocks={"c/a100": 8})
     fits = explain(snapshot, roomy, gang, now=NOW).top
     assert fits is not None and fits.code == "scheduling"  # a node has room: it simply fits
+
+
+def test_a_workload_of_slices_is_weighed_in_gpu_equivalents_against_the_ceiling_of_the_flavor_that_offers_them():
+    """Issue #45: slices of a shared flavor are what they weigh — not 0 devices — and the ceiling is in
+    GPU-equivalents; past the ceiling Allot says it does not explain slices further and gives Kueue's word."""
+    from dataclasses import replace
+
+    from accounting.policy.kueue_ask import ask_from_json, ask_to_json
+    from quotas.policy.sharing import flavor_sharing
+
+    b = TreeBuilder()
+    b.flavor("c/mig", 2)
+    b.flavors["c/mig"] = replace(
+        b.flavors["c/mig"],
+        sharing=flavor_sharing(
+            "mig", accelerator_model="NVIDIA H100 80GB HBM3", memory_gb=80, profiles=("1g.10gb", "3g.40gb")
+        ),
+    )
+    b.tiers["P1"] = Tier("P1", 10000, False)
+    root = b.unit("org", UnitKind.ORGANISATION)
+    b.quota(root, "c/mig", GPU, 2)
+    team = b.unit("infer", UnitKind.TEAM, root)
+    b.quota(team, "c/mig", GPU, 1)
+    snapshot = b.build()
+    live = LiveView("c", NOW, ("c/mig",), (), ())
+
+    def asking(**slices):
+        def pod(profile):
+            return {"containers": [{"name": "m", "resources": {"requests": {f"nvidia.com/mig-{profile}": "1"}}}]}
+
+        pod_sets = [
+            {"name": f"p{i}", "count": n, "template": {"spec": pod(p)}} for i, (p, n) in enumerate(slices.items())
+        ]
+        says = "insufficient quota for allot.dev/gpu-equivalent-millionths"
+        waits = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": says}
+        ask = ask_of({"spec": {"podSets": pod_sets}, "status": {"conditions": [waits]}}, {"nvidia.com/gpu": None})
+        assert ask_from_json(ask_to_json(ask)) == ask
+        return Pending("infer/job", team, "ann", "P1", "q", NOW, ask, None)
+
+    eight = asking(**{"1g.10gb": 8})
+    assert eight.ask.slices == {"nvidia.com/mig-1g.10gb": 8} and eight.ask.devices == 0
+    found = explain(snapshot, live, eight, now=NOW)
+    assert found.top is not None and found.top.code == "beyond-ceiling"
+    assert found.top.title == "asks for 1.14 GPU-equivalents (8 × 1g.10gb); org/infer may hold at most 1 on c/mig"
+    seven = explain(snapshot, live, asking(**{"1g.10gb": 7}), now=NOW)
+    assert (
+        seven.top is not None
+        and seven.top.code == "slices"
+        and "asks for 1 GPU-equivalent (7 × 1g.10gb) on c/mig" in seven.top.title
+    )
+    assert seven.scheduler_says.startswith("Pending: insufficient quota for allot.dev/gpu-equivalent-millionths")
+    other = explain(snapshot, live, asking(**{"7g.80gb": 1}), now=NOW)
+    assert other.top is not None and other.top.title == "no flavor it may run on offers 1 × 7g.80gb"
