@@ -97,6 +97,8 @@ class _Maps:
     types: dict[str, tuple[ResourceFlavor, Fraction]]
     """GPU type → its flavor and weight in GPU-equivalents: a flavor's name at 1, each MIG profile's
     ``<flavor>_<profile>`` at its weight (quotas.policy.slurm.slices)."""
+    shared: frozenset[int] = frozenset()
+    """The shared flavors' ids: their jobs' slices are weighed."""
 
 
 def _maps(cluster: Cluster) -> _Maps:
@@ -108,12 +110,13 @@ def _maps(cluster: Cluster) -> _Maps:
     ):
         units.setdefault(account or slug, uid)
     flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
+    sharing = {f.pk: f.sharing_spec for f in flavors.values()}
     types = {
         gres: (f, weight)
         for f in flavors.values()
-        for gres, weight in gres_types(f.name, [(p.name, p.weight) for p in f.sharing_spec.profiles])
+        for gres, weight in gres_types(f.name, [(p.name, p.weight) for p in sharing[f.pk].profiles])
     }
-    return _Maps(units, flavors, types)
+    return _Maps(units, flavors, types, frozenset(pk for pk, spec in sharing.items() if spec.shared))
 
 
 def slurm_cluster_name(cluster: Cluster) -> str:
@@ -295,7 +298,7 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
         tally.add("unresolved_flavor")
     devices = sum(job.gpus.values())
     equivalents = None
-    if flavor is not None and flavor.sharing_spec.shared:  # MIG slices: each type at its profile's weight
+    if flavor is not None and flavor.pk in maps.shared:  # MIG slices: each type at its profile's weight
         weighed = [(n, maps.types.get(t or "")) for t, n in job.gpus.items()]
         equivalents = float(sum((n * found[1] for n, found in weighed if found and found[0] is flavor), Fraction(0)))
     return {
