@@ -93,7 +93,7 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
     ceilings = effective_ceilings(snapshot)
     keys = flavor_keys()
     oldest: dict[int, dict[str, Any]] = {}
-    for rid, unit, flavor, devices, submitted, job in (
+    for rid, unit, flavor, held, submitted, job in (
         pending.order_by("submitted_at")
         .annotate(held=HELD)
         .values_list("id", "unit_id", "flavor_id", "held", "submitted_at", "job_id")
@@ -101,7 +101,7 @@ def fairness_report(period: ShowbackPeriod, *, within: str = "", now: datetime |
         if unit in oldest or submitted is None:
             continue
         ceiling = ceilings.get((unit, keys.get(flavor or 0, ""), Resource.GPU), 0)
-        if devices <= ceiling or flavor is None:
+        if held <= ceiling or flavor is None:
             oldest[unit] = {"record": rid, "job": job, "waiting_s": int((now - submitted).total_seconds())}
     suffered = dict(
         Allocation.objects.filter(end__gte=start, end__lt=end, unit__isnull=False)

@@ -299,8 +299,15 @@ def _record(run_id: int, cluster_id: int, maps: _Maps, job: SlurmJob, tally: _Ta
     devices = sum(job.gpus.values())
     equivalents = None
     if flavor is not None and flavor.pk in maps.shared:  # MIG slices: each type at its profile's weight
-        weighed = [(n, maps.types.get(t or "")) for t, n in job.gpus.items()]
-        equivalents = float(sum((n * found[1] for n, found in weighed if found and found[0] is flavor), Fraction(0)))
+        if typed:
+            total = Fraction(0)
+            for gpu_type, n in job.gpus.items():
+                found = maps.types.get(gpu_type or "")
+                if found is not None and found[0] is flavor:
+                    total += n * found[1]
+            equivalents = float(total)
+        else:  # no profile said: each GPU counted whole (sacct types a MIG slice wherever gres.conf does)
+            tally.add("untyped_on_shared_flavor")
     return {
         "cluster_id": cluster_id,
         "scheduler_id": job.key,

@@ -271,3 +271,23 @@ def test_an_idle_slice_guarantee_is_idle_in_gpu_equivalents(fleet):
     assert idle.evidence["used_share"] == pytest.approx(1 / 7, abs=1e-4)  # (2/7) / 2
     assert idle.evidence["idle_h"] == pytest.approx(24 * (2 - 2 / 7), abs=0.05)
     assert idle.cost == pytest.approx(Decimal("7.00") * Decimal(24 * 12 / 7), abs=Decimal("0.35"))
+
+
+def test_untyped_gpus_on_a_mig_only_slurm_cluster_are_counted_whole_and_said(fleet):
+    """sacct types a slice wherever gres.conf types it; a job whose AllocTRES names no type says no profile, so its
+    GPUs are counted whole (never weighed as nothing) and the run counts them."""
+    from quotas.models import ClusterKind
+
+    org = fleet
+    cluster = services.cluster_set(actor=org.admin, reason="t", name="mig-only", kind=ClusterKind.SLURM)
+    services.flavor_set(
+        actor=org.admin, reason="t", cluster=cluster, name="h100-mig", accelerator_model="NVIDIA H100 80GB HBM3",
+        device_memory_gb=80, physical_devices=1, sharing="mig", mig_profiles=["1g.10gb"],
+    )  # fmt: skip
+    line = "7|8|mig-only|inference|ann|normal|gpu|COMPLETED|2026-11-02T08:59:00|2026-11-02T09:00:00|" + (
+        "2026-11-02T10:00:00|billing=2,cpu=1,gres/gpu=2,mem=1G,node=1|0:0"
+    )
+    run = usage_ingest_slurm(cluster=cluster, lines=[line], now=org.now)
+    assert run.status == SourceStatus.OK and run.counts["untyped_on_shared_flavor"] == 1, run.counts
+    record = WorkloadRecord.objects.get(cluster=cluster)
+    assert (record.flavor and record.flavor.name, record.devices, record.equivalents) == ("h100-mig", 2, None)
