@@ -40,9 +40,10 @@ def usage_panel(request: HttpRequest, unit: OrgUnit, base: Mapping[str, Any]) ->
     if usage:
         found = usage_hours(within=unit.path).values_list("flavor__cluster__description", flat=True).distinct()[:3]
         source = "; ".join(d for d in found if d)
+    shared = any(q.flavor.sharing != "whole" for q in base.get("quotas") or ())
     return {
         "usage": usage, "usage_days": len(days), "usage_period": period, "usage_source": source,
-        "usage_ceiling": ceiling,
+        "usage_ceiling": ceiling, "usage_shared": shared,
     }  # fmt: skip
 
 

@@ -99,3 +99,4 @@ def test_lead_inference_sees_the_slices_its_guarantee_holds(inference):
     text = page.content.decode()
     assert page.status_code == 200
     assert "35 × 1g.10gb or 10 × 3g.40gb" in text  # 5 GPU-equivalents
+    assert "GPUs (GPU-equivalents on a shared flavor: its slices by their weight) over" in text  # the usage chart
