@@ -398,6 +398,12 @@ ALLOT_USAGE_SLURM_LOOKBACK_SECONDS = env_int(
 ALLOT_USAGE_ROLLUP_WORKERS = env_int(
     "ALLOT_USAGE_ROLLUP_WORKERS", 2, help="Connections that rebuild a whole month of rollups side by side (PostgreSQL)."
 )
+ALLOT_KUEUE_CONFIG_MAP = env_str(
+    "ALLOT_KUEUE_CONFIG_MAP",
+    "kueue-system/kueue-manager-config",
+    help="Where each Kueue cluster keeps Kueue's own configuration (namespace/name of its ConfigMap, key "
+    "controller_manager_config.yaml): a sync reads it to say whether Kueue counts shared flavors' slices by weight.",
+)
 ALLOT_SLURM_TIMEZONE = env_str("ALLOT_SLURM_TIMEZONE", "UTC", help="The zone sacct prints its times in.")
 ALLOT_METRICS_TOKEN = env_str(
     "ALLOT_METRICS_TOKEN",

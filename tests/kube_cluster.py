@@ -428,7 +428,10 @@ class ControlPlane:
             self.request("DELETE", path, {"propagationPolicy": "Background"})
 
 
-CORE = {"Namespace": "namespaces", "Pod": "pods", "ServiceAccount": "serviceaccounts", "Secret": "secrets"}
+CORE = {
+    "Namespace": "namespaces", "Pod": "pods", "ServiceAccount": "serviceaccounts", "Secret": "secrets",
+    "ConfigMap": "configmaps",
+}  # fmt: skip
 GROUPS = {
     "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions"),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles"),

@@ -173,6 +173,9 @@ class DemoKueueClient(KueueClient):
         with _state(self.cluster, write=True) as state:
             state["namespaces"][name] = {GOVERNED_LABEL: "true", CLUSTER_LABEL: cluster} if governed else {}
 
+    def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        return None  # the simulated cluster runs no Kueue of its own: nothing configured
+
     def read_crds(self) -> list[dict[str, Any]]:
         """The bundled CRDs (quotas/kueue_crds): the demo cluster runs the Kueue Allot is built against."""
         return [yaml.safe_load((CRD_DIR / f"{GROUP}_{name.split('.')[0]}.yaml").read_text()) for name in CRD_NAMES]

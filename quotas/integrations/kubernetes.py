@@ -281,6 +281,16 @@ class KueueClient:
             crds.append(self._call(api.read_custom_resource_definition, name))
         return crds
 
+    def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data (Kueue's own configuration lives in one), or None when there is none (404)."""
+        try:
+            found = self._call(k8s.CoreV1Api(self.api_client).read_namespaced_config_map, name, namespace)
+        except ClusterCallError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
+
     def owner_labels(self, namespace: str, ref: Mapping[str, Any]) -> dict[str, str] | None:
         """The labels of the object an ownerReference points at (a Workload's Job, JobSet, RayJob …),
         or None when it is gone (404) or a core-group kind. Read with the generic object path

@@ -227,7 +227,8 @@ def mig_cluster(plane, org, suffix=""):
 @pytest.mark.django_db
 def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothing(kube_plane, org):
     """Through Allot's own sync (the shipped RBAC, server-side apply, the owned-field diff): the currency's
-    quotas as the API server keeps them read back equal, and the run says what the slices rely on."""
+    quotas as the API server keeps them read back equal, and the run says whether the cluster's Kueue counts the
+    slices by weight — read from its kueue-manager-config ConfigMap with the shipped RBAC."""
     from quotas.models import SyncStatus
     from quotas.services.sync import cluster_sync
 
@@ -235,7 +236,9 @@ def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothin
     why = "slices"
     first = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     assert first.status == SyncStatus.APPLIED, first.message
-    assert "shared flavor(s) h100-mig-sync: slices count by weight only where" in first.message
+    assert "shared flavor(s) h100-mig-sync: no Kueue configuration at kueue-system/kueue-manager-config" in (
+        first.message
+    )
     queue = kube_plane.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/migorg.migteam")
     [group] = queue["spec"]["resourceGroups"]
     assert group["coveredResources"] == ["nvidia.com/gpu", EQUIVALENTS]
@@ -244,6 +247,42 @@ def test_allots_sync_writes_a_mig_flavors_queues_and_a_second_sync_writes_nothin
     second = cluster_sync(actor=org.admin, reason=why, cluster=cluster)
     written = [(o.kind, o.name, o.changes) for o in second.results.exclude(outcome="unchanged")]
     assert second.status == SyncStatus.IN_SYNC, (second.message, written)
+
+
+@pytest.mark.django_db
+def test_a_sync_reads_whether_the_clusters_kueue_counts_slices_by_weight(kube_plane, org):
+    """Kueue's own configuration as a standard install keeps it (ConfigMap kueue-system/kueue-manager-config, key
+    controller_manager_config.yaml), read by the sync with the shipped RBAC: Allot's served configuration counts
+    the slices by weight; one without the 3g.40gb transformation does not, and the run names it and the fix."""
+    import yaml
+
+    from quotas.policy.kueue.config import kueue_configuration
+    from quotas.selectors import shared_profiles
+    from quotas.services.sync import cluster_sync
+
+    cluster, _, _, _ = mig_cluster(kube_plane, org, suffix="-cfg")
+    namespace(kube_plane, "kueue-system")
+    served = kueue_configuration("classic", version="v1beta1", profiles=shared_profiles(cluster))
+
+    def configure(config):
+        kube_plane.apply_manifest({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+            "data": {"controller_manager_config.yaml": yaml.safe_dump(config)},
+        })  # fmt: skip
+        return cluster_sync(actor=org.admin, reason="t", cluster=cluster).message
+
+    try:
+        said = configure(served)
+        assert "shared flavor(s) h100-mig-sync-cfg: this cluster's Kueue counts slices by weight" in said, said
+        lacking = {**served, "resources": {"transformations": [
+            t for t in served["resources"]["transformations"] if t["input"] != "nvidia.com/mig-3g.40gb"]}}  # fmt: skip
+        said = configure(lacking)
+        assert "this cluster's Kueue does not count slices by weight — in kueue-system/kueue-manager-config, " in said
+        assert "nvidia.com/mig-3g.40gb is not transformed" in said and "nvidia.com/mig-1g.10gb" not in said
+        assert "merge GET /api/v1/clusters/mig-west-cfg/kueue-config/ into it and restart Kueue" in said
+    finally:
+        kube_plane.delete("/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config")
 
 
 @pytest.mark.django_db

@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from ..labels import GOVERNANCE_LABELS, LABEL_COST_CENTRE, LABEL_DEPARTMENT, LABEL_UNIT
 from ..sharing import EQUIVALENTS, Profile
 
@@ -121,3 +123,32 @@ def transformations(profiles: Sequence[Profile]) -> list[dict[str, Any]]:
         {"input": name, "strategy": "Replace", "outputs": {EQUIVALENTS: str(p.micro)}}
         for name, p in sorted(seen.items())
     ]
+
+
+CONFIG_KEY = "controller_manager_config.yaml"
+"""The key of Kueue's ConfigMap (``kueue-manager-config``) that holds its Configuration."""
+
+
+def transformation_problems(config_text: str, profiles: Sequence[Profile]) -> list[str]:
+    """What a cluster's Kueue configuration (the text of its ``controller_manager_config.yaml``) lacks for the
+    slices of ``profiles`` to count by weight: one line per slice resource it does not transform into the
+    currency as Allot counts it (see :func:`transformations`); empty when it does."""
+    try:
+        config = yaml.safe_load(config_text) or {}
+    except yaml.YAMLError as exc:
+        return [f"its configuration is not YAML ({str(exc).splitlines()[0]})"]
+    found = ((config.get("resources") or {}).get("transformations") or []) if isinstance(config, dict) else []
+    have = {str(t.get("input")): t for t in found if isinstance(t, dict)}
+    problems = []
+    for want in transformations(profiles):
+        name, outputs = want["input"], want["outputs"]
+        got = have.get(name)
+        if got is None:
+            problems.append(f"{name} is not transformed (Kueue counts it as a resource the queues do not cover)")
+        elif str(got.get("strategy") or "Retain") != "Replace":
+            problems.append(
+                f"{name} is kept beside its weight (strategy {got.get('strategy') or 'Retain'}, not Replace)"
+            )
+        elif {str(k): str(v) for k, v in (got.get("outputs") or {}).items()} != outputs:
+            problems.append(f"{name} becomes {got.get('outputs')}, Allot counts it {outputs}")
+    return problems

@@ -57,6 +57,7 @@ from quotas.selectors import fleet_targets, kueue_target, org_snapshot
 from ..audit import Actor, require_reason
 from ..budget_sync import budget_notes
 from .run import RunRecord, record_run
+from .slices import slices_note
 
 
 @lru_cache(maxsize=4)
@@ -127,12 +128,9 @@ def _sync(run: RunRecord, cluster: Cluster, mode: str, client: KueueClient) -> N
             run.notes.append(older)
     if target.at is not None:
         run.notes.extend(budget_notes(snapshot, cluster, target.at))
-    shared = sorted(f.name for f in target.flavors if f.sharing.shared)
-    if shared:  # Kueue's configuration is not readable through the API: say what the slices rely on
-        run.notes.append(
-            f"shared flavor(s) {', '.join(shared)}: slices count by weight only where this cluster's Kueue "
-            f"configuration carries Allot's transformations (GET /api/v1/clusters/{cluster.name}/kueue-config/)"
-        )
+    shared = [f for f in sorted(target.flavors, key=lambda f: f.name) if f.sharing.shared]
+    if shared:
+        run.notes.append(slices_note(cluster, client, shared))
     desired = _keep_foreign_local_queues(run, client, desired)
     manages = fleet is not None and fleet[0].manager == cluster.name
     kinds = APPLY_ORDER + FLEET_KINDS if manages else APPLY_ORDER  # only a manager serves MultiKueue's kinds

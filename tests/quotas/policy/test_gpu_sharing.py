@@ -248,3 +248,32 @@ def test_a_fleet_managers_flavor_stays_shared():
     flavors = {f.name: f for f in manager_flavors(fleet, {"west": target})}
     assert flavors["h100-mig"].sharing == mig and flavors["h100-mig"].key == "hub/h100-mig"
     assert not flavors["a100"].sharing.shared
+
+
+def test_a_kueue_configuration_is_checked_for_the_transformations_slices_need():
+    """A sync reads the cluster's own Kueue configuration and says whether it counts slices by weight: Allot's
+    served configuration does; one without a profile's transformation, keeping the slice (Retain), or with
+    another weight does not, each said naming the resource."""
+    import yaml
+
+    from quotas.policy.kueue.config import transformation_problems
+
+    mig = flavor_sharing(
+        "mig", accelerator_model="NVIDIA H100 80GB HBM3", memory_gb=80, profiles=("1g.10gb", "3g.40gb")
+    )
+    served = kueue_configuration("classic", version="v1beta1", profiles=mig.profiles)
+    assert transformation_problems(yaml.safe_dump(served), mig.profiles) == []
+    site = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "resources": {"transformations": [
+        {"input": "nvidia.com/mig-1g.10gb", "strategy": "Retain", "outputs": {EQUIVALENTS: "142857"}},
+        {"input": "nvidia.com/mig-3g.40gb", "strategy": "Replace", "outputs": {EQUIVALENTS: "428571"}},
+    ]}}  # fmt: skip
+    assert transformation_problems(yaml.safe_dump(site), mig.profiles) == [
+        "nvidia.com/mig-1g.10gb is kept beside its weight (strategy Retain, not Replace)",
+        f"nvidia.com/mig-3g.40gb becomes {{'{EQUIVALENTS}': '428571'}}, Allot counts it {{'{EQUIVALENTS}': '500000'}}",
+    ]
+    bare = transformation_problems("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\n", mig.profiles)
+    assert bare == [
+        "nvidia.com/mig-1g.10gb is not transformed (Kueue counts it as a resource the queues do not cover)",
+        "nvidia.com/mig-3g.40gb is not transformed (Kueue counts it as a resource the queues do not cover)",
+    ]
+    assert transformation_problems("resources: [", mig.profiles)[0].startswith("its configuration is not YAML")
