@@ -96,7 +96,8 @@ class WorkloadRecordOut(serializers.ModelSerializer):
         model = WorkloadRecord
         fields = [
             "id", "cluster", "scheduler_id", "unit_path", "account", "owner", "project", "tier", "flavor_key",
-            "flavor_name", "devices", "resources", "borrowed", "submitted_at", "admitted_at", "ended_at", "state",
+            "flavor_name", "devices", "equivalents", "resources", "borrowed", "submitted_at", "admitted_at", "ended_at",
+            "state",
             "exit_code", "evictions", "held_seconds",
         ]  # fmt: skip
 

@@ -70,6 +70,15 @@ def test_the_hours_are_what_the_rollup_makes_of_the_teams_workload_records(infer
     assert held == pytest.approx(float(expected))
 
 
+def test_the_records_api_gives_each_replicas_slice_and_what_it_weighs(inference, admin_client):
+    page = admin_client.get("/api/v1/workload-records/", {"within": inference.path, "page_size": 500}).json()
+    rows = page["results"] if isinstance(page, dict) else page
+    assert rows and {(r["flavor_key"], r["devices"], round(r["equivalents"], 6)) for r in rows} == {
+        ("k8s-west/h100-mig", 1, round(1 / 7, 6)),
+        ("k8s-west/h100-mig", 1, 0.5),
+    }
+
+
 def test_showback_charges_gpu_equivalent_hours_at_the_flavors_price(inference, admin_client):
     month = "2026-11"
     report = admin_client.get("/api/v1/showback/", {"month": month, "rollup": "false"}).json()
