@@ -11,10 +11,9 @@ of an H100 are 1 GPU-equivalent on every path, not 0.999999 on Kueue's).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
-from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, FlavorSharing
+from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, FlavorSharing, equivalents
 
 
 def is_slice(resource: str) -> bool:
@@ -61,12 +60,8 @@ def held(slices: Mapping[str, object], sharing: FlavorSharing) -> float | None:
     None on a whole flavor (its devices are what it holds)."""
     if not sharing.shared:
         return None
-    weights = sharing.weights()
-    total = Fraction(0)
-    for resource, n in slices.items():
-        if resource in weights and str(n).isdigit():
-            total += weights[resource] * int(str(n))
-    return float(total)
+    counts = {resource: int(str(n)) for resource, n in slices.items() if is_slice(resource) and str(n).isdigit()}
+    return float(equivalents(counts, sharing.weights()))  # a resource the flavor does not offer weighs 0
 
 
 def share(equivalents: float | None, devices: int, part: int) -> float | None:
