@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from quotas.policy import pods
 from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, FlavorSharing, equivalents
 
 
@@ -22,26 +23,17 @@ def is_slice(resource: str) -> bool:
 
 
 def pod_slices(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Slices one pod of a pod template's spec asks for, per resource: its containers' requests (else limits:
-    the API server defaults an extended resource's request to its limit), or an init container's if larger."""
-    found: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        for resource, n in _asked(container).items():
-            found[resource] = found.get(resource, 0) + n
-    for container in spec.get("initContainers") or []:
-        for resource, n in _asked(container).items():
-            found[resource] = max(found.get(resource, 0), n)
-    return found
+    """Slices one pod of a pod template's spec asks for, per resource, at its peak as Kubernetes counts it
+    (quotas.policy.pods, the rule admission judges by: app containers plus sidecars, or an init container plus
+    the sidecars started before it); a request, else the limit (the API server defaults an extended resource's
+    request to its limit). A count that is not a whole number is not a slice the scheduler gave."""
+    return pods.peak(spec, sorted(r for r in pods.named(spec) if is_slice(str(r))), _asked)
 
 
-def _asked(container: Mapping[str, Any]) -> dict[str, int]:
+def _asked(container: Mapping[str, Any], resource: str) -> int:
     resources = container.get("resources") or {}
-    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-    found = {}
-    for resource, value in asked.items():
-        if is_slice(str(resource)) and str(value).isdigit():
-            found[str(resource)] = int(str(value))
-    return found
+    value = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+    return int(str(value)) if value is not None and str(value).isdigit() else 0
 
 
 def workload_slices(obj: Mapping[str, Any]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quotas.policy import pods
 from quotas.policy.placement import node_requirements
 from quotas.policy.quantity import QuantityError, Resource, parse_quantity
 
@@ -71,22 +72,8 @@ class PodSet:
 
     def held_per_pod(self, resources: Iterable[str]) -> dict[str, int]:
         """Per resource name asked for: what one pod holds at its peak, under Kubernetes' effective-request
-        rule: the larger of the app containers plus sidecars (init containers with ``restartPolicy:
-        Always``) and, for each plain init container, itself plus the sidecars started before it."""
-        peak: dict[str, int] = {}
-        for name in resources:
-            sidecars, init_peak = 0, 0
-            for container in self.spec.get("initContainers") or []:
-                amount = _amount(container, name)
-                if container.get("restartPolicy") == "Always":
-                    sidecars += amount
-                else:
-                    init_peak = max(init_peak, amount + sidecars)
-            apps = sum(_amount(c, name) for c in self.spec.get("containers") or [])
-            total = max(init_peak, apps + sidecars)
-            if total:
-                peak[name] = total
-        return peak
+        rule (quotas.policy.pods: app containers plus sidecars, or an init container plus the sidecars before it)."""
+        return pods.peak(self.spec, resources, _amount)
 
     @property
     def gpus_per_pod(self) -> int:

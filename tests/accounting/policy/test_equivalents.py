@@ -61,6 +61,17 @@ def test_a_pods_slices_are_its_containers_requests_or_limits_and_an_init_contain
     assert pod_slices({"containers": [container(requests={"nvidia.com/gpu": "2"})]}) == {}
 
 
+def test_a_sidecars_slice_is_held_beside_the_apps_as_admission_counts_it():
+    """A native sidecar (an init container with restartPolicy Always) keeps running: its slice is held with the
+    app's, as the webhook judged the pod (quotas.policy.pods) — not the larger of the two."""
+    sidecar = {**container(requests={"nvidia.com/mig-1g.10gb": "1"}), "restartPolicy": "Always"}
+    spec = {
+        "initContainers": [sidecar, container(requests={"nvidia.com/mig-1g.10gb": "2"})],
+        "containers": [container(requests={"nvidia.com/mig-1g.10gb": "2"})],
+    }
+    assert pod_slices(spec) == {"nvidia.com/mig-1g.10gb": 3}  # 2 + the sidecar's 1; the init's 2 + 1 is no more
+
+
 def test_a_workloads_slices_are_each_pod_sets_count_times_one_pods():
     pod_sets = [
         {
