@@ -161,11 +161,25 @@ def _serve(request: HttpRequest, webhook: str) -> HttpResponse:
     return _Answer(body, lambda: _record(webhook, inner, decision, latency))
 
 
+_COUNTERS: dict[tuple[str, str, Reason, bool], Any] = {}
+"""The decision counter's child per label set, found once: ``labels()`` checks and locks at every call."""
+_TIMERS: dict[str, Any] = {}
+
+
 def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: float) -> None:
     """What a decision leaves behind: its metrics, a JSON log line (for a refusal, or as ALLOT_ADMISSION_LOG_LINES
     says) and (unless a dry run) a decision-log row."""
-    DECISIONS.labels(webhook, decision.kind or "?", decision.reason.value, str(decision.allowed).lower()).inc()
-    LATENCY.labels(webhook).observe(latency)
+    key = (webhook, decision.kind, decision.reason, decision.allowed)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = DECISIONS.labels(
+            webhook, decision.kind or "?", decision.reason.value, str(decision.allowed).lower()
+        )
+    counter.inc()
+    timer = _TIMERS.get(webhook)
+    if timer is None:
+        timer = _TIMERS[webhook] = LATENCY.labels(webhook)
+    timer.observe(latency)
     lines = settings.ALLOT_ADMISSION_LOG_LINES
     if lines == "all" or (lines == "denied" and not decision.allowed):
         _log_line(webhook, inner, decision, latency)

@@ -29,11 +29,12 @@ from .review import (
     V1BETA1_WPC_SOURCE,
     WPC_GROUP,
     WPC_KIND,
+    Check,
     Decision,
     Reason,
     Review,
 )
-from .workload import KINDS, FractionalDeviceError, WorkloadError, pod_sets
+from .workload import KINDS, OBJECT, FractionalDeviceError, WorkloadError, pod_sets
 
 __all__ = ["MAX_WARNING", "Decision", "Reason", "decide"]
 
@@ -68,7 +69,7 @@ def _decide(policy: AdmissionPolicy, request: Mapping[str, Any], mutate: bool) -
     if operation in ("DELETE", "CONNECT"):
         return Decision(True, Reason.NOT_CHECKED)
     kind_info = request.get("kind")
-    if not isinstance(kind_info, Mapping) or not kind_info.get("kind"):
+    if not isinstance(kind_info, OBJECT) or not kind_info.get("kind"):
         return _deny(Reason.MALFORMED, "request.kind is missing: an AdmissionReview names the kind it sends")
     group, kind = str(kind_info.get("group", "")), str(kind_info.get("kind", ""))
     if (group, kind) not in KINDS:
@@ -98,17 +99,17 @@ def _decide(policy: AdmissionPolicy, request: Mapping[str, Any], mutate: bool) -
             )
         return _judge_update(review, old, OWNED if controller else FULL)
     if controller:
-        return _verdict(review, _run(review, OWNED), allowed_as=Reason.OWNED)
+        return _verdict(review, _first(review, OWNED), allowed_as=Reason.OWNED)
     if mutate:
         _mutate(review)
-    return _verdict(review, _run(review, FULL), allowed_as=Reason.ALLOWED)
+    return _verdict(review, _first(review, FULL), allowed_as=Reason.ALLOWED)
 
 
 def _review(
     policy: AdmissionPolicy, request: Mapping[str, Any], key: str, group: str, kind: str, namespace: str
 ) -> Review | Decision:
     obj = request.get(key)
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
+    if not isinstance(obj, OBJECT) or not isinstance(obj.get("metadata"), OBJECT):
         return _deny(Reason.MALFORMED, f"request.{key} is missing or has no metadata", kind=kind)
     rule = policy.namespaces.get(namespace)
     if rule is None:
@@ -120,7 +121,7 @@ def _review(
     meta = obj["metadata"]
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     for name, values in (("labels", labels), ("annotations", annotations)):
-        if not isinstance(values, Mapping) or not all(isinstance(v, str) for v in values.values()):
+        if not isinstance(values, OBJECT) or not all(isinstance(v, str) for v in values.values()):
             return _deny(
                 Reason.MALFORMED, f"metadata.{name} must map strings to strings", kind=kind, unit=rule.unit_path
             )
@@ -159,12 +160,12 @@ def _short(text: str) -> str:
 def _by_controller(policy: AdmissionPolicy, request: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     """A trusted controller writing an object it controls on behalf of an owner Allot judged."""
     user = request.get("userInfo")
-    username = user.get("username") if isinstance(user, Mapping) else None
+    username = user.get("username") if isinstance(user, OBJECT) else None
     if username not in policy.controllers:
         return False
     refs = obj["metadata"].get("ownerReferences") or []
     return isinstance(refs, list) and any(
-        isinstance(ref, Mapping) and ref.get("controller") is True and _judged(ref) for ref in refs
+        isinstance(ref, OBJECT) and ref.get("controller") is True and _judged(ref) for ref in refs
     )
 
 
@@ -180,9 +181,19 @@ def _run(review: Review, checks: tuple[Any, ...]) -> list[Decision]:
     return [denial for check in checks for denial in check(review)]
 
 
-def _verdict(review: Review, denials: list[Decision], *, allowed_as: Reason) -> Decision:
-    if denials:
-        return denials[0]
+def _first(review: Review, checks: tuple[Check, ...]) -> Decision | None:
+    """The first denial of the checks in order, without running the checks after it (a CREATE's answer is
+    its first denial; an UPDATE compares whole lists, :func:`_judge_update`)."""
+    for check in checks:
+        denials = check(review)
+        if denials:
+            return denials[0]
+    return None
+
+
+def _verdict(review: Review, denial: Decision | None, *, allowed_as: Reason) -> Decision:
+    if denial is not None:
+        return denial
     return Decision(
         True, allowed_as, "", tuple(_warnings(review)), tuple(review.patch), review.rule.unit_path, review.kind
     )

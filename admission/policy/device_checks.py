@@ -16,7 +16,7 @@ from .workload import DRA, PodSet, describe_requirements
 def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
     """The flavors a pod set may land on given its node selector AND its required node affinity (any
     of its terms), as Kubernetes combines them (quotas.policy.placement); None: any flavor; (): none."""
-    return matching_flavors(podset.spec, {f.name: f.node_labels for f in r.policy.flavors})
+    return matching_flavors(podset.spec, r.policy.flavor_labels)
 
 
 def _where(flavors: tuple[str, ...] | None) -> str:
@@ -61,7 +61,7 @@ def devices(r: Review) -> list[Decision]:
     policy, rule = r.policy, r.rule
     counted, weights, whole = policy.counted, policy.weights, policy.whole_flavors
     found = []
-    groups: dict[tuple[str, ...] | None, Fraction] = {}
+    groups: dict[tuple[str, ...] | None, Fraction | int] = {}  # whole GPUs add up as ints, slices by weight
     asked: dict[tuple[str, ...] | None, dict[str, int]] = {}
     for podset in r.sets:
         ungoverned = podset.ungoverned(counted)
@@ -109,8 +109,9 @@ def devices(r: Review) -> list[Decision]:
                 if not key:
                     found.append(_not_offered(r, podset, name))
                     continue
-            groups[key] = groups.get(key, Fraction(0)) + podset.count * per_pod * weights.get(name, Fraction(1))
-            asked.setdefault(key, {})[name] = asked.get(key, {}).get(name, 0) + podset.count * per_pod
+            held, weight = podset.count * per_pod, weights.get(name)
+            groups[key] = groups.get(key, 0) + (held if weight is None else held * weight)
+            asked.setdefault(key, {})[name] = asked.get(key, {}).get(name, 0) + held
     for key, wanted in sorted(groups.items(), key=lambda kv: str(kv[0])):
         names = tuple(rule.ceilings) if key is None else key
         limit = max((rule.ceilings.get(n, 0) for n in names), default=0)
@@ -131,7 +132,7 @@ def devices(r: Review) -> list[Decision]:
     return found
 
 
-def _what(wanted: Fraction, asked: Mapping[str, int], weights: Mapping[str, Fraction]) -> str:
+def _what(wanted: Fraction | int, asked: Mapping[str, int], weights: Mapping[str, Fraction]) -> str:
     """``8 GPUs``, or ``1.14 GPU-equivalents (8 × nvidia.com/mig-1g.10gb)`` where slices are counted."""
     if not any(name in weights for name in asked):
         return f"{show(wanted)} GPUs"

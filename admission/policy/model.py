@@ -140,6 +140,11 @@ class AdmissionPolicy:
             return None
         return tuple(f.name for f in self.flavors if not f.profiles)
 
+    @cached_property
+    def flavor_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Each flavor's node labels by its name, as ``quotas.policy.placement`` reads them."""
+        return {f.name: f.node_labels for f in self.flavors}
+
     @property
     def flavor_label_keys(self) -> frozenset[str]:
         """Node-label keys that name a flavor: a pod pinning one of these is pinned to a flavor."""

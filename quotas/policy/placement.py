@@ -35,6 +35,8 @@ def matching_flavors(spec: Mapping[str, Any], flavors: Mapping[str, Mapping[str,
     () when no flavor satisfies them. Requirements on labels no flavor uses are left to the scheduler; a
     flavor that lacks a flavor label another flavor uses is not ruled out by it. Requirements every flavor
     satisfies pin nothing: None, "any flavor"."""
+    if not spec.get("nodeSelector") and not spec.get("affinity"):
+        return None  # no requirement at all: the usual template, answered without reading the flavors
     keys = frozenset(k for labels in flavors.values() for k in labels)
     selector, terms = node_requirements(spec)
     if not any(k in keys for k, _, _ in selector) and not any(k in keys for term in terms for k, _, _ in term):

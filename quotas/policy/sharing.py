@@ -317,7 +317,7 @@ def equivalents(counts: Mapping[str, int], weights: Mapping[str, Fraction]) -> F
     return sum((Fraction(n) * weights.get(name, Fraction(0)) for name, n in counts.items()), Fraction(0))
 
 
-def show(value: Fraction) -> str:
+def show(value: Fraction | int) -> str:
     """GPU-equivalents as people read them: ``2``, ``1.14``, ``0.5``."""
     if value.denominator == 1:
         return str(value.numerator)
