@@ -22,6 +22,7 @@ from django.utils import timezone
 from prometheus_client import Counter, Gauge, Histogram
 
 from admission import workers
+from admission.lines import LINES
 from admission.models import AdmissionDecision
 from admission.policy.model import AdmissionPolicy
 from admission.selectors import admission_cluster, admission_policy, policy_revision
@@ -116,7 +117,12 @@ class _State:
         self.pending.append(row)
 
     def flush(self, *, trim: bool = True) -> int:
-        """Write buffered decisions in one batch and (``trim``) trim the log; returns how many were written."""
+        """Write buffered decisions in one batch and (``trim``) trim the log, and the decisions' waiting log lines
+        (admission.lines); returns how many rows were written."""
+        try:
+            LINES.flush()
+        except (OSError, ValueError):  # stderr closed or gone: the lines are lost, never the decision-log rows
+            log.exception("admission decision lines could not be written")
         batch: list[dict[str, Any]] = []
         while self.pending:
             batch.append(self.pending.popleft())

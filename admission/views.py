@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from admission import workers
+from admission.lines import LINES
 from admission.policy.decide import MAX_WARNING, Decision, Reason, decide
 from admission.runtime import DECISIONS, LATENCY, STATE, PolicyUnavailable, decision_row
 
@@ -180,8 +181,8 @@ def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: fl
     if timer is None:
         timer = _TIMERS[webhook] = LATENCY.labels(webhook)
     timer.observe(latency)
-    lines = settings.ALLOT_ADMISSION_LOG_LINES
-    if lines == "all" or (lines == "denied" and not decision.allowed):
+    which = settings.ALLOT_ADMISSION_LOG_LINES
+    if which == "all" or (which == "denied" and not decision.allowed):
         _log_line(webhook, inner, decision, latency)
     if not inner.get("dryRun"):
         STATE.record(
@@ -198,20 +199,18 @@ def _record(webhook: str, inner: dict[str, Any], decision: Decision, latency: fl
 
 
 def _log_line(webhook: str, inner: dict[str, Any], decision: Decision, latency: float) -> None:
-    log.info(
-        json.dumps(
-            {
-                "event": "admission",
-                "webhook": webhook,
-                "uid": inner["uid"],
-                "kind": decision.kind,
-                "namespace": inner.get("namespace"),
-                "allowed": decision.allowed,
-                "reason": decision.reason.value,
-                "dry_run": bool(inner.get("dryRun")),
-                "ms": round(latency * 1000, 3),
-            }
-        )
+    LINES.add(
+        {
+            "event": "admission",
+            "webhook": webhook,
+            "uid": inner["uid"],
+            "kind": decision.kind,
+            "namespace": inner.get("namespace"),
+            "allowed": decision.allowed,
+            "reason": decision.reason.value,
+            "dry_run": bool(inner.get("dryRun")),
+            "ms": round(latency * 1000, 3),
+        }
     )
 
 

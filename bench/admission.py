@@ -8,13 +8,15 @@ from the deployment's own deploy/kubernetes/base/nginx-webhook.conf.template —
 against a database holding the demo organisation (DATABASE_URL, or a fresh SQLite file). Drives it
 with wrk (wrk and nginx are installed with apt-get when missing) for 10 s at 1, 16 and 64
 connections with the 20 documented reviews (the 2 captured ones and 18 synthetic ones of every kind,
-allowed and denied): first /admission/k8s/validate, then the no-policy endpoint /admission/k8s/noop
-of the same stack; then Pod creates as the API server makes them — over TLS, one kept-alive
+allowed and denied): /admission/k8s/validate, then the no-policy endpoint /admission/k8s/noop of the
+same stack, BENCH_ROUNDS times (3), the round with the median ratio reported; then Pod creates as the
+API server makes them — over TLS, one kept-alive
 connection per creator, a mutating then a validating review per create — at 1 and 16 creators,
 beside the same creates against the no-op endpoint of the same stack (its floor); then once more at
 16 connections while SLOW_CLIENTS other connections send their reviews one byte every 200 ms (clients
 on a bad link must not delay everybody else). Prints the figures and the machine's load average; the
-LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N, create_added_ms_p50_N,
+LAST line is key=value pairs (rps_N, p50_ms_N, p99_ms_N, noop_rps_N, ratio_N; cpu_us_N and noop_cpu_us_N, the
+CPU gunicorn and nginx spent per review, read from /proc, and their cpu_ratio_N; create_added_ms_p50_N,
 create_added_ms_p99_N, noop_create_ms_p50_N, create_ratio_p50_N, slow_rps_16, slow_p99_ms_16, load_1m).
 For quick side-by-side runs: BENCH_CONNECTIONS=16 (which wrk phases) and BENCH_ONLY_WRK=1 (no creates, no
 slow clients).
@@ -42,6 +44,7 @@ TOKEN = "bench-token"
 DURATION = int(os.environ.get("BENCH_SECONDS", "10"))
 SLOW_CLIENTS = int(os.environ.get("BENCH_SLOW_CLIENTS", "4"))
 CONNECTIONS = tuple(int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,16,64").split(","))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))  # wrk phases alternate validate and the no-op this many times
 ONLY_WRK = os.environ.get("BENCH_ONLY_WRK") == "1"  # the wrk phases alone: for quick side-by-side runs
 DISTINCT = 20  # the captured reviews plus 18 synthetic ones, as documented
 LUA = """
@@ -246,6 +249,23 @@ def _find(pattern: str, text: str) -> re.Match[str]:
     return found
 
 
+def cpu_seconds(roots: tuple[int, ...]) -> float:
+    """User + system CPU seconds of the processes ``roots`` and their children so far (gunicorn's master and
+    workers, nginx's): read from /proc, so a phase's cost per review is what the stack spent on it, whatever
+    else the machine did meanwhile (a VM's neighbours move throughput by a fifth between phases)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if pid in roots or ppid in roots:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
 def run_wrk(wrk: str, url: str, script: Path, data: Path, connections: int) -> tuple[float, float, float]:
     threads = min(connections, 2)
     out = subprocess.run(
@@ -336,6 +356,7 @@ def main() -> None:
     tls_port = free_port()
     front = subprocess.Popen([nginx, "-c", str(nginx_conf(work, port, upstream, tls_port)), "-g", "daemon off;"])
     base = f"http://127.0.0.1:{port}/admission"
+    stack = (server.pid, front.pid)  # gunicorn's master and nginx's, each with its workers
     figures: dict[str, float] = {}
     try:
         wait_ready(f"{base}/readyz")
@@ -357,14 +378,34 @@ def main() -> None:
             flush=True,
         )
         for connections in CONNECTIONS:
-            rps, p50, p99 = run_wrk(wrk, f"{base}/k8s/validate", work / "post.lua", work / "bodies.txt", connections)
-            noop_rps, _, noop_p99 = run_wrk(
-                wrk, f"{base}/k8s/noop", work / "post.lua", work / "bodies.txt", connections
-            )
+            rounds = []  # validate then the no-op, ROUNDS times: the machine's drift falls on both alike
+            spent = {"validate": 0.0, "noop": 0.0}  # the stack's CPU seconds, and the reviews they served
+            served = {"validate": 0.0, "noop": 0.0}
+            for _ in range(ROUNDS):
+                phases = []
+                for endpoint in ("validate", "noop"):
+                    before = cpu_seconds(stack)
+                    phase = run_wrk(wrk, f"{base}/k8s/{endpoint}", work / "post.lua", work / "bodies.txt", connections)
+                    spent[endpoint] += cpu_seconds(stack) - before
+                    served[endpoint] += phase[0] * DURATION
+                    phases.append(phase)
+                rounds.append((phases[0][0] / phases[1][0], phases[0], phases[1]))
+            _, (rps, p50, p99), (noop_rps, _, noop_p99) = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+            cpu_us = {k: spent[k] / served[k] * 1e6 for k in spent}
             print(
                 f"{connections:>2} connections: validate {rps:,.0f} reviews/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms; "
-                f"no-policy {noop_rps:,.0f}/s (p99 {noop_p99:.2f} ms); ratio {rps / noop_rps:.2f}",
+                f"no-policy {noop_rps:,.0f}/s (p99 {noop_p99:.2f} ms); ratio {rps / noop_rps:.2f} (the median of "
+                f"{ROUNDS} rounds: {', '.join(f'{r[0]:.2f}' for r in rounds)}); the stack's CPU per review "
+                f"{cpu_us['validate']:.0f} µs against the no-op's {cpu_us['noop']:.0f} µs "
+                f"(ratio {cpu_us['noop'] / cpu_us['validate']:.2f})",
                 flush=True,
+            )
+            figures.update(
+                {
+                    f"cpu_us_{connections}": cpu_us["validate"],
+                    f"noop_cpu_us_{connections}": cpu_us["noop"],
+                    f"cpu_ratio_{connections}": cpu_us["noop"] / cpu_us["validate"],
+                }
             )
             figures.update(
                 {

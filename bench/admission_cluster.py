@@ -228,6 +228,7 @@ def main() -> None:
                             figures[f"call_ms_{name.split('.')[0]}_{case}_{creators}"] = per
                             line += f"; API server's {name} call {per:.2f} ms"
                 if case == "allot":
+                    time.sleep(0.5)  # the decision lines are written in batches every 0.2 s (config.logs)
                     for hook, ms in decisions(log, mark).items():
                         if ms:
                             figures[f"decision_ms_{hook}_{creators}"] = statistics.mean(ms)

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.netns, pytest.mark.django_db(tra
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes" / "base"
 HOST, POD = "10.213.7.1", "10.213.7.2"
+TOKEN = "pod-test-token"
 """The pod's address (the host end of a veth pair made here) and the kubelet's, in a namespace of this test."""
 
 
@@ -94,6 +95,7 @@ def webhook_pod(tmp_path, demo):
     }
     for item in manifest_container("webhook")["env"]:
         env[item["name"]] = item["value"]
+    env["ALLOT_ADMISSION_TOKEN"] = TOKEN  # from the allot-env Secret in a cluster
     env["GUNICORN_BIND"] = f"127.0.0.1:{gunicorn_port}"  # the manifest's loopback bind, on a free port
     env["ALLOT_ADMISSION_STATE_DIR"] = str(state)
     webhook = subprocess.Popen(
@@ -134,7 +136,7 @@ def webhook_pod(tmp_path, demo):
             lambda: len(list(state.glob("*.json"))) == 2 or (webhook.poll() is not None and _fail(tmp_path)),
             60,
         )
-        yield {"front": front_port, "gunicorn": gunicorn_port, "state": state, "process": webhook}
+        yield {"front": front_port, "gunicorn": gunicorn_port, "state": state, "process": webhook, "log": tmp_path}
     finally:
         front.terminate()
         os.killpg(webhook.pid, signal.SIGTERM)
@@ -188,3 +190,40 @@ def test_an_edit_reaches_every_worker_within_the_refresh_bound(kubelet_namespace
     wait_for("both workers on the edit's revision", converged, 30)
     status, body = probe(kubelet_namespace, {"path": "/admission/readyz", "scheme": "HTTPS"}, webhook_pod["front"])
     assert status == 200 and body["worker_revisions"] == [newest], body
+
+
+def test_a_refusals_line_reaches_the_pods_log_while_it_runs(webhook_pod):
+    """The decision lines wait in the worker and are written by its background loop every 0.2 s (admission.lines):
+    a refusal through the front reaches the pod's log while it runs, as one JSON object."""
+    import ssl
+    import urllib.request
+
+    pod = {"containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "line-uid-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": "nobodys",
+            "operation": "CREATE",
+            "object": {"metadata": {"name": "p", "namespace": "nobodys"}, "spec": pod},
+        },
+    }
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{webhook_pod['front']}/admission/k8s/validate",
+        data=json.dumps(review).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    answer = json.loads(urllib.request.urlopen(request, timeout=10, context=context).read())["response"]
+    assert answer["allowed"] is False and answer["auditAnnotations"]["reason"] == "namespace_unbound"
+    log = webhook_pod["log"] / "gunicorn.log"
+
+    def logged() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines() if '"line-uid-1"' in line]
+
+    wait_for("the refusal's line on the pod's log (written while it runs)", lambda: logged(), 10)
+    (line,) = logged()
+    assert line["reason"] == "namespace_unbound" and line["namespace"] == "nobodys" and line["at"].endswith("Z")
