@@ -175,20 +175,14 @@ _AT = [f.name for f in _FIELDS].index("at")
 
 
 def _insert(rows: list[dict[str, Any]]) -> None:
-    """Insert decision-log rows in one transaction with one prepared statement (executemany), no model
-    instances: a flush runs beside the request threads of its process, and building a thousand models a
-    second held the interpreter long enough to put a 30 ms tail on the webhook's answers (bench/admission.py)."""
+    """Insert decision-log rows in one transaction, no model instances: a flush runs beside the request threads
+    of its process, and building a thousand models a second held the interpreter long enough to put a 30 ms tail
+    on the webhook's answers (bench/admission.py). PostgreSQL: one COPY of the plain tuples (psycopg adapts the
+    aware datetimes itself); elsewhere one prepared statement (executemany), the time as the backend stores it."""
     db = router.db_for_write(AdmissionDecision)
     connection = connections[db]
     quote = connection.ops.quote_name
-    at = AdmissionDecision._meta.get_field("at")
     columns = ", ".join(quote(str(f.column)) for f in _FIELDS)
-    marks = ", ".join(["%s"] * len(_FIELDS))
-    params = []
-    for row in rows:
-        values = list(_ROW(row))
-        values[_AT] = at.get_db_prep_save(values[_AT], connection)  # SQLite stores text, PostgreSQL a timestamptz
-        params.append(values)
     table = quote(AdmissionDecision._meta.db_table)
     with transaction.atomic(using=db), connection.cursor() as cursor:
         if connection.vendor == "postgresql":  # COPY: no statement per row, on either side
@@ -196,9 +190,16 @@ def _insert(rows: list[dict[str, Any]]) -> None:
             # (a database crash may lose the last fraction of a second of them, like a webhook crash does)
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for values in params:
-                    copy.write_row(values)
+                for row in rows:
+                    copy.write_row(_ROW(row))
         else:
+            at = AdmissionDecision._meta.get_field("at")
+            params = []
+            for row in rows:
+                values = list(_ROW(row))
+                values[_AT] = at.get_db_prep_save(values[_AT], connection)  # SQLite stores the time as text
+                params.append(values)
+            marks = ", ".join(["%s"] * len(_FIELDS))
             cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", params)
 
 
