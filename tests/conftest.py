@@ -98,6 +98,16 @@ def _empty_cache():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _decision_lines():
+    """The webhook's refusal lines a test made are written to its own captured stderr when it ends (shown with
+    its failure), not all at once when the run exits (admission.lines writes what waits at exit)."""
+    yield
+    from admission.lines import LINES
+
+    LINES.flush()
+
+
 @pytest.fixture
 def admin_user(db):
     from tests.factories import AdminFactory
