@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any, TextIO
 
 CAPACITY = 5000
@@ -28,21 +29,22 @@ class Lines:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
         """Where the lines go; None: the process's stderr at the time of writing."""
-        self.waiting: list[tuple[float, dict[str, Any]]] = []
+        self.waiting: deque[tuple[float, dict[str, Any]]] = deque()  # appended by request threads, taken by flush
         self.lock = threading.Lock()
         self._second = -1
         self._stamp = ""
 
     def add(self, fields: dict[str, Any]) -> None:
         """Keep one line's fields (JSON-serialisable), stamped with the time now."""
-        self.waiting.append((time.time(), fields))  # list.append is atomic: no lock on the request's path
+        self.waiting.append((time.time(), fields))  # deque.append is atomic: no lock on the request's path
         if len(self.waiting) >= CAPACITY:
             self.flush()
 
     def flush(self) -> int:
         """Write every waiting line in one write; returns how many."""
         with self.lock:
-            waiting, self.waiting = self.waiting, []
+            # taken one by one (popleft is atomic too): a line appended meanwhile stays for the next flush
+            waiting = [self.waiting.popleft() for _ in range(len(self.waiting))]
             if not waiting:
                 return 0
             text = "".join(json.dumps({"at": self._at(at), **fields}) + "\n" for at, fields in waiting)
