@@ -15,10 +15,8 @@ Two ways in, one fold (``accounting.policy.kueue.observe``):
   from the cursor stored with the last flush.
 
 Each Workload is one ``WorkloadRecord`` (scheduler id = its UID) whose ``track`` holds every run and
-eviction seen; its ``Allocation`` rows are rewritten from the track's runs. Its unit comes from the
-namespace binding; one in an unbound namespace is kept with no unit and counted. The borrowed part
-of a run is fixed when it is first written: how far the unit's devices on that flavor, this run
-included, went beyond its guarantee at the run's start.
+eviction seen; ``accounting.services.kueue_records`` writes it and its ``Allocation`` rows. Its unit comes
+from the namespace binding; one in an unbound namespace is kept with no unit and counted.
 """
 
 from __future__ import annotations
@@ -27,61 +25,37 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from math import ceil
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Sum
 from django.utils import timezone
 
-from accounting.models import HELD, Allocation, SourceKind, SourceRun, SourceStatus, WorkloadRecord
-from accounting.policy.equivalents import held, share
+from accounting.models import SourceKind, SourceRun, SourceStatus, WorkloadRecord
 from accounting.policy.kueue import (
     LABEL_OWNER,
     LABEL_PROJECT,
     LABEL_TIER,
     MULTIKUEUE_ORIGIN,
-    Run,
     WorkloadError,
     WorkloadTrack,
     controller_of,
     observe,
     track_from_json,
-    track_to_json,
 )
 from accounting.policy.sacct import EndState
+from accounting.services.kueue_records import Maps, Tally, flavors_of, write_record
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
-from quotas.models import Cluster, ClusterKind, NamespaceBinding, Quota, ResourceFlavor, WorkloadTier
+from quotas.models import Cluster, ClusterKind, NamespaceBinding, WorkloadTier
 from quotas.policy.kueue.translate import priority_class_name
-
-KEEP_PROBLEMS = 100
-GPU = "nvidia.com/gpu"
 
 
 def kueue_client(cluster: Cluster) -> KueueClient:
     if cluster.kind != ClusterKind.KUBERNETES:
         raise ValueError(f"{cluster.name} is not a Kubernetes cluster")
     return KueueClient(api_client_for(cluster.connection_ref))
-
-
-@dataclass
-class _Tally:
-    counts: dict[str, int] = field(
-        default_factory=lambda: {"events": 0, "workloads": 0, "problems": 0, "unresolved_namespace": 0}
-    )
-    problems: list[dict[str, object]] = field(default_factory=list)
-    unresolved: set[str] = field(default_factory=set)
-
-    def add(self, key: str, n: int = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + n
-
-    def problem(self, where: str, error: str) -> None:
-        self.add("problems")
-        if len(self.problems) < KEEP_PROBLEMS:
-            self.problems.append({"line": 0, "text": where, "error": error})
 
 
 def _start(cluster: Cluster, name: str) -> SourceRun:
@@ -91,7 +65,7 @@ def _start(cluster: Cluster, name: str) -> SourceRun:
     )
 
 
-def _close(run: SourceRun, tally: _Tally, *, cursor: str, error: str = "", failed: bool = False) -> SourceRun:
+def _close(run: SourceRun, tally: Tally, *, cursor: str, error: str = "", failed: bool = False) -> SourceRun:
     """Finish the run: failed (nothing read; the watermark stays where it was), partial (problems, or
     an error after some events) or ok."""
     now = timezone.now()
@@ -130,7 +104,7 @@ def usage_resync_kueue(
     """List every Workload and fold each into its record (see the module docstring). Returns the
     SourceRun; an unreachable cluster is recorded on it (status failed, earlier data untouched)."""
     run = _start(cluster, "list")
-    tally = _Tally()
+    tally = Tally()
     client = client or kueue_client(cluster)
     try:
         items, version = client.list_workloads()
@@ -183,7 +157,7 @@ def usage_watch_kueue(
             cursor = listed.cursor
         watches += 1
         run = _start(cluster, "watch")
-        tally = _Tally()
+        tally = Tally()
         pending: list[tuple[str, dict[str, Any]]] = []
         flushed = time.monotonic()
         reached, error = cursor, ""
@@ -254,7 +228,7 @@ def _flush(
     cluster: Cluster,
     run: SourceRun,
     events: list[tuple[str, dict[str, Any]]],
-    tally: _Tally,
+    tally: Tally,
     cursor: str,
     *,
     client: KueueClient | None = None,
@@ -274,7 +248,7 @@ def _fold(
     cluster: Cluster,
     run: SourceRun,
     events: Iterable[tuple[str, dict[str, Any]]],
-    tally: _Tally,
+    tally: Tally,
     now: datetime,
     *,
     client: KueueClient | None = None,
@@ -316,28 +290,14 @@ def _fold(
             changed.add(uid)
     if not changed:
         return
-    maps = _Maps(
+    maps = Maps(
         dict(NamespaceBinding.objects.filter(cluster=cluster).values_list("namespace", "unit_id")),
-        _flavors(cluster),
+        flavors_of(cluster),
         {priority_class_name(name): name for name in WorkloadTier.objects.values_list("name", flat=True)},
     )  # once per batch, not per Workload
     for uid in sorted(changed):
-        _write(cluster, run, records.get(uid), tracks[uid], tally, maps)
+        write_record(cluster, run, records.get(uid), tracks[uid], tally, maps)
     tally.add("workloads", len(changed))
-
-
-def _flavors(cluster: Cluster) -> dict[str, ResourceFlavor]:
-    """Flavor name → flavor. A MultiKueue manager has none of its own: its Workloads (the ones charged, their
-    copies on the workers are not) are admitted to flavors named as the workers', the first worker's in the
-    fleet's order standing for the name."""
-    from quotas.models import Fleet
-
-    found = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
-    fleet = Fleet.objects.filter(manager=cluster).first()
-    if fleet is not None:  # one query; the first worker's last, so it wins a shared name
-        workers = ResourceFlavor.objects.filter(cluster__fleet_worker__fleet=fleet)
-        found.update({f.name: f for f in workers.order_by("-cluster__fleet_worker__position")})
-    return found
 
 
 OwnerCache = dict[tuple[str, str, str, str], dict[str, str] | None]
@@ -350,7 +310,7 @@ def _from_owner(
     obj: dict[str, Any],
     client: KueueClient | None,
     owners: OwnerCache,
-    tally: _Tally,
+    tally: Tally,
 ) -> WorkloadTrack:
     ref = controller_of(obj)
     labelled_tier = bool(track.tier) and not track.tier.startswith("allot-")  # not just a priority class's name
@@ -371,113 +331,3 @@ def _from_owner(
         project=track.project or labels.get(LABEL_PROJECT, ""),
         tier=labels.get(LABEL_TIER) or track.tier,
     )
-
-
-@dataclass(frozen=True)
-class _Maps:
-    units: dict[str, int]
-    """Namespace → the unit it is bound to."""
-    flavors: dict[str, ResourceFlavor]
-    tiers: dict[str, str] = field(default_factory=dict)
-    """WorkloadPriorityClass name (``allot-p1``) → tier name (``P1``)."""
-
-
-def _write(
-    cluster: Cluster, run: SourceRun, record: WorkloadRecord | None, track: WorkloadTrack, tally: _Tally, maps: _Maps
-) -> None:
-    unit_id = maps.units.get(track.namespace)
-    if unit_id is None:
-        tally.add("unresolved_namespace")
-        tally.unresolved.add(track.namespace)
-    flavor = maps.flavors.get(track.flavor) if track.flavor else None
-    if track.devices and track.flavor and flavor is None:
-        tally.add("unresolved_flavor")
-    record = record or WorkloadRecord(cluster=cluster, scheduler_id=track.uid)
-    before = {a.start: a.borrowed for a in record.allocations.all()} if record.pk else {}
-    record.job_id = f"{track.namespace}/{track.name}"[:64]
-    record.unit_id = unit_id
-    record.account = track.namespace
-    record.owner, record.project = track.owner, track.project
-    record.tier = maps.tiers.get(track.tier, track.tier)  # a WorkloadPriorityClass name → its tier
-    record.flavor, record.flavor_name = flavor, track.flavor
-    record.devices = track.devices
-    record.equivalents = held(track.resources, flavor.sharing_spec) if flavor is not None else None
-    record.resources = {**track.resources, "queue": track.queue, "clusterQueue": track.cluster_queue}
-    record.submitted_at, record.admitted_at, record.ended_at = track.created, track.admitted, track.ended
-    record.state = track.state.value
-    record.evictions = [
-        {"reason": e.reason, "at": e.at.isoformat() if e.at else None, "message": e.message} for e in track.evictions
-    ]
-    record.held_seconds = track.held_seconds
-    record.source_run = run
-    record.track = track_to_json(track)
-    allocations = []
-    for part in track.runs:
-        if not part.devices:
-            continue
-        # each admission period on the flavor it was admitted on (a Workload preempted on one flavor
-        # may come back on another), its borrowed part against that flavor's guarantee
-        on = maps.flavors.get(part.flavor) if part.flavor else flavor
-        if part.flavor and on is None:
-            tally.add("unresolved_flavor")
-        weighs = share(held(track.resources, on.sharing_spec), track.devices, part.devices) if on else None
-        borrowed = before.get(part.start)
-        if borrowed is None:
-            borrowed = _borrowed(unit_id, on, part.start, part.devices, weighs, exclude=record.pk)
-        allocations.append((part, on, borrowed, weighs))
-    record.borrowed = allocations[0][2] if allocations else 0
-    evicted = {e.reason for e in track.evictions} | {"readmitted"}
-    record.save()
-    Allocation.objects.filter(record=record).delete()
-    Allocation.objects.bulk_create(
-        [
-            Allocation(
-                record=record,
-                unit_id=unit_id,
-                flavor=on,
-                devices=part.devices,
-                equivalents=weighs,
-                borrowed=borrowed,
-                start=part.start,
-                end=part.end,
-                run_key=f"{part.start:%Y-%m-%dT%H:%M:%S}",
-                raw_state=_raw_state(part, evicted),
-                submitted_at=track.created,
-            )
-            for part, on, borrowed, weighs in allocations
-        ]
-    )
-    tally.add("allocations", len(allocations))
-
-
-def _raw_state(part: Run, evicted: set[str]) -> str:
-    """How a run ended, in words the rollups read: ``evicted <reason>`` when an eviction ended it (it
-    lost the work since its last checkpoint), else Kueue's own word (Finished, Deleted…)."""
-    words = f"evicted {part.ended_by}" if part.ended_by in evicted else part.ended_by
-    return f"reconstructed {words}" if part.reconstructed else words
-
-
-def _borrowed(
-    unit_id: int | None,
-    flavor: ResourceFlavor | None,
-    start: datetime,
-    devices: int,
-    equivalents: float | None,
-    exclude: int | None,
-) -> int:
-    """Devices (slices) of this run above the unit's guarantee at its start, counting what the unit already
-    held on the flavor then — in GPU-equivalents on a shared flavor (``equivalents``: what the run weighs)."""
-    if unit_id is None or flavor is None:
-        return 0
-    quota = Quota.objects.filter(unit_id=unit_id, flavor=flavor, resource=GPU).values_list("guarantee", flat=True)
-    guarantee = quota.first() or 0
-    before = (
-        Allocation.objects.filter(unit_id=unit_id, flavor=flavor, start__lte=start)
-        .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .exclude(record_id=exclude)
-        .aggregate(n=Sum(HELD))["n"]
-        or 0
-    )
-    weighs = float(devices) if equivalents is None else equivalents
-    above = max(0.0, min(weighs, before + weighs - guarantee))
-    return min(devices, ceil(above / weighs * devices - 1e-9)) if weighs else 0
