@@ -14,7 +14,7 @@ from quotas.policy.invariants import check_quota_edits
 from quotas.policy.kueue import compile_kueue
 from quotas.policy.kueue.diff import Action, ObjectPlan, preview
 from quotas.policy.kueue.reach import reachable
-from quotas.policy.kueue.translate import CompileError, kueue_name
+from quotas.policy.kueue.target import CompileError, kueue_name
 from quotas.policy.slurm.diff import preview_slurm
 from quotas.policy.slurm.translate import compile_slurm
 from quotas.policy.snapshot import OrgSnapshot

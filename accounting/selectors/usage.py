@@ -225,7 +225,7 @@ def latest_usage() -> list[dict[str, Any]]:
 def unit_org_labels() -> dict[str, tuple[str, str, str]]:
     """Per active unit path: its department, its cost centre (inherited) and its Kueue unit label — the
     values its Kueue objects carry (quotas.policy.kueue.translate), so Allot's and Kueue's metrics join."""
-    from quotas.policy.kueue.translate import kueue_name, label_value
+    from quotas.policy.kueue.target import kueue_name, label_value
     from quotas.selectors import org_snapshot
 
     snapshot = org_snapshot(include_quotas=False)

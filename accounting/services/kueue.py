@@ -49,7 +49,7 @@ from accounting.policy.sacct import EndState
 from accounting.services.kueue_records import Maps, Tally, flavors_of, write_record
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for
 from quotas.models import Cluster, ClusterKind, NamespaceBinding, WorkloadTier
-from quotas.policy.kueue.translate import priority_class_name
+from quotas.policy.kueue.target import priority_class_name
 
 
 def kueue_client(cluster: Cluster) -> KueueClient:

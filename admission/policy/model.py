@@ -14,7 +14,8 @@ from functools import cached_property
 from quotas.policy.budget_effects import covers_all
 from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, period_bounds
 from quotas.policy.kueue.reach import reachable
-from quotas.policy.kueue.translate import CompileError, KueueTarget, compile_kueue, kueue_name, priority_class_name
+from quotas.policy.kueue.target import CompileError, KueueTarget, kueue_name, priority_class_name
+from quotas.policy.kueue.translate import compile_kueue
 from quotas.policy.quantity import Resource
 from quotas.policy.sharing import EQUIVALENTS, GPU, MICRO
 from quotas.policy.snapshot import OrgSnapshot

@@ -37,7 +37,7 @@ from quotas.integrations.kubernetes import (
     api_client_for,
 )
 from quotas.kueue_crds import CRD_DIR
-from quotas.policy.kueue.translate import LABEL_MANAGED_BY
+from quotas.policy.kueue.target import LABEL_MANAGED_BY
 
 PREFIX = "demo:"
 EDITOR = "kubectl-edit"

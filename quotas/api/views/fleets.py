@@ -16,7 +16,7 @@ from quotas.api.views.base import ReadViewSet, parse_input, take_reason
 from quotas.errors import InputError
 from quotas.models import Fleet
 from quotas.policy.kueue.multikueue import compile_fleet
-from quotas.policy.kueue.translate import CompileError
+from quotas.policy.kueue.target import CompileError
 
 
 class FleetViewSet(ReadViewSet):

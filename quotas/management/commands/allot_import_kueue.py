@@ -12,7 +12,7 @@ from quotas.integrations.kubernetes import PLURALS, ClusterCallError, KueueClien
 from quotas.models import Cluster, ClusterKind
 from quotas.policy.kueue.importer import read_kueue
 from quotas.policy.kueue.multikueue import FLEET_KINDS, read_fleets
-from quotas.policy.kueue.translate import LABEL_CLUSTER
+from quotas.policy.kueue.target import LABEL_CLUSTER
 from quotas.policy.violations import PolicyViolationError
 from quotas.services.kueue_import import kueue_import
 

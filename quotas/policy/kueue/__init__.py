@@ -4,6 +4,7 @@ Pure Python: inputs are an :class:`~quotas.policy.snapshot.OrgSnapshot` and a :c
 outputs are plain dicts, sorted and deterministic (same input, byte-identical output).
 """
 
-from .translate import API_VERSION, MANAGED_BY, KueueFlavor, KueueTarget, compile_kueue, object_key, render_yaml
+from .target import API_VERSION, MANAGED_BY, KueueFlavor, KueueTarget, object_key
+from .translate import compile_kueue, render_yaml
 
 __all__ = ["API_VERSION", "MANAGED_BY", "KueueFlavor", "KueueTarget", "compile_kueue", "object_key", "render_yaml"]

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..quantity import parse_decimal_quantity
-from .translate import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_PREFIX, object_key
+from .target import ANNOTATION_REVISION, APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_PREFIX, object_key
 
 QUANTITY_FIELDS = {"nominalQuota", "borrowingLimit", "lendingLimit", "weight"}
 ADMISSION_FIELDS: dict[str, dict[str, Any]] = {

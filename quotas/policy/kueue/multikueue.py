@@ -27,7 +27,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ..snapshot import OrgSnapshot, Quota
-from .translate import API_VERSION, CompileError, KueueFlavor, KueueTarget, Object, compile_kueue
+from .target import API_VERSION, CompileError, KueueFlavor, KueueTarget, Object
+from .translate import compile_kueue
 
 CONTROLLER = "kueue.x-k8s.io/multikueue"
 MAX_WORKERS = 20

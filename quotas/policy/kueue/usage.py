@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..quantity import Resource, parse_decimal_quantity
-from .translate import ANNOTATION_UNIT
+from .target import ANNOTATION_UNIT
 
 _SCALE = {Resource.GPU: 1, Resource.CPU: 1000, Resource.MEMORY: 1}
 

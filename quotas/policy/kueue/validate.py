@@ -7,7 +7,7 @@ from typing import Any
 
 from .problems import ObjectProblem
 from .schema import CrdSchemas
-from .translate import object_key
+from .target import object_key
 from .webhook import check_webhook_rules
 
 

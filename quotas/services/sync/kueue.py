@@ -48,7 +48,7 @@ from quotas.policy.kueue.diff import Action, ObjectPlan, plan_sync
 from quotas.policy.kueue.multikueue import FLEET_KINDS, compile_fleet
 from quotas.policy.kueue.owners import quota_conflicts
 from quotas.policy.kueue.schema import CrdSchemas
-from quotas.policy.kueue.translate import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
+from quotas.policy.kueue.target import APPLY_ORDER, LABEL_CLUSTER, LABEL_MANAGED_BY, NAMESPACE_LABEL, CompileError
 from quotas.policy.kueue.usage import queue_usage
 from quotas.policy.kueue.validate import validate_objects
 from quotas.policy.kueue.versions import ServedKueue, fit_objects, served_kueue, version_problem

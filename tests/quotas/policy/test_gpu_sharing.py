@@ -216,7 +216,7 @@ def test_an_import_reads_a_shared_flavors_currency_back_as_its_gpu_equivalents()
 
 
 def test_the_currency_is_written_as_kubernetes_prints_it():
-    from quotas.policy.kueue.translate import decimal_si
+    from quotas.policy.kueue.target import decimal_si
 
     assert [decimal_si(v) for v in (0, 7, 142857, 500000, 1000000, 2500000, 10**9, 1500 * 10**6)] == [
         "0",

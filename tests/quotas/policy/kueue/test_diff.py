@@ -5,7 +5,7 @@ import json
 
 from quotas.policy.kueue import compile_kueue
 from quotas.policy.kueue.diff import Action, diff_object, plan_sync
-from quotas.policy.kueue.translate import object_key
+from quotas.policy.kueue.target import object_key
 from tests.quotas.policy.kueue.test_translate import tree
 
 

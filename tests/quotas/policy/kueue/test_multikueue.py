@@ -10,7 +10,7 @@ from quotas.policy import Resource, UnitKind
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.kueue import KueueFlavor, KueueTarget, render_yaml
 from quotas.policy.kueue.multikueue import Fleet, Worker, compile_fleet
-from quotas.policy.kueue.translate import CompileError
+from quotas.policy.kueue.target import CompileError
 from quotas.policy.kueue.validate import validate_objects
 
 GPU = Resource.GPU

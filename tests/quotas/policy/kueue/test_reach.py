@@ -11,7 +11,7 @@ from quotas.policy import Resource
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.kueue import KueueFlavor, KueueTarget, compile_kueue
 from quotas.policy.kueue.reach import reachable
-from quotas.policy.kueue.translate import CompileError
+from quotas.policy.kueue.target import CompileError
 from quotas.policy.snapshot import UnitKind
 
 GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "kueue-k8s-west.yaml"

@@ -7,7 +7,7 @@ import pytest
 from quotas.policy import Resource, UnitKind
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.kueue import KueueFlavor, KueueTarget, compile_kueue
-from quotas.policy.kueue.translate import CompileError, label_value
+from quotas.policy.kueue.target import CompileError, label_value
 
 from .test_translate import by_name, tree
 
