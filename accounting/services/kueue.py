@@ -43,8 +43,8 @@ from accounting.policy.kueue import (
     WorkloadTrack,
     controller_of,
     observe,
-    track_from_json,
 )
+from accounting.policy.kueue_track_json import track_from_json
 from accounting.policy.sacct import EndState
 from accounting.services.kueue_records import Maps, Tally, flavors_of, write_record
 from quotas.integrations.kubernetes import ClusterCallError, KueueClient, api_client_for

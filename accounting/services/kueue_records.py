@@ -17,7 +17,8 @@ from django.db.models import Q, Sum
 
 from accounting.models import HELD, Allocation, SourceRun, WorkloadRecord
 from accounting.policy.equivalents import held, share
-from accounting.policy.kueue import Run, WorkloadTrack, track_to_json
+from accounting.policy.kueue import Run, WorkloadTrack
+from accounting.policy.kueue_track_json import track_to_json
 from quotas.models import Cluster, Quota, ResourceFlavor
 
 KEEP_PROBLEMS = 100

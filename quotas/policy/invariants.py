@@ -8,7 +8,8 @@ constraint is evaluated by the same function. A quota edit on unit ``u`` touches
 * ``ceil`` — u's ceiling ≤ its parent's, and each child's ceiling ≤ u's;
 * ``cap``  — when u is a root: Σ roots' guarantees ≤ reclaimable capacity of the flavor.
 
-So an edit costs O(siblings + children), whatever the size of the tree.
+So an edit costs O(siblings + children), whatever the size of the tree. The tree's shape (kinds, weights, contracts,
+cycles) is checked first, by ``structure``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import replace
 from .capacity import reclaimable
 from .contracts import check_contract, check_promises, check_tier_contract
 from .quantity import Resource, format_quantity
-from .snapshot import ZERO, OrgSnapshot, Quota, QuotaKey, Unit, UnitKind
+from .snapshot import ZERO, OrgSnapshot, Quota, QuotaKey
+from .structure import check_kind, check_structure
 from .violations import Violation, ViolationCode
 
 Constraint = tuple[str, object, object, object]
@@ -60,7 +62,7 @@ class QuotaView:
 
 def validate_tree(snapshot: OrgSnapshot) -> list[Violation]:
     """Check every invariant on the whole snapshot. Returns violations sorted for display."""
-    problems = _check_structure(snapshot)
+    problems = check_structure(snapshot)
     problems += _evaluate(QuotaView(snapshot, {}), _failing_constraints(snapshot))
     problems += check_contracts(snapshot)
     problems += check_promises(snapshot)
@@ -148,7 +150,7 @@ def check_move(snapshot: OrgSnapshot, unit_id: int, new_parent_id: int) -> list[
         if u.path.startswith(f"{old_path}/"):
             units[uid] = replace(u, path=new_path + u.path[len(old_path) :])
     moved = replace(snapshot, units=units)
-    problems = _check_kind(moved, units[unit_id])
+    problems = check_kind(moved, units[unit_id])
     constraints: set[Constraint] = set()
     for key in moved.quota_keys_by_unit.get(unit_id, ()):
         constraints.update(_touched_by(moved, key, as_parent=False))
@@ -342,96 +344,9 @@ def _check_capacity(view: QuotaView, flavor: str, resource: Resource) -> list[Vi
     ]
 
 
-def _check_structure(snapshot: OrgSnapshot) -> list[Violation]:
-    problems: list[Violation] = []
-    for unit in snapshot.units.values():
-        problems += _check_kind(snapshot, unit)
-        if not unit.weight > 0:
-            problems.append(
-                Violation(
-                    ViolationCode.BAD_WEIGHT,
-                    f"{unit.path}: fair-share weight must be positive",
-                    "set a weight above 0, e.g. 1",
-                    unit=unit.path,
-                    field="weight",
-                )
-            )
-        if unit.contract is not None and unit.contract not in snapshot.contracts:
-            problems.append(
-                Violation(
-                    ViolationCode.UNKNOWN_CONTRACT,
-                    f"{unit.path}: unknown contract {unit.contract!r}",
-                    "pick an existing contract or none to inherit",
-                    unit=unit.path,
-                    field="contract",
-                )
-            )
-    if snapshot.complete:
-        problems += _check_cycles(snapshot)
-    return problems
-
-
-def _check_kind(snapshot: OrgSnapshot, unit: Unit) -> list[Violation]:
-    if unit.parent_id is not None and unit.parent_id not in snapshot.units:
-        return []  # parent outside a neighbourhood snapshot
-    parent = snapshot.units[unit.parent_id] if unit.parent_id is not None else None
-    return check_placement(unit.path, unit.kind, parent.kind if parent else None)
-
-
-def check_placement(path: str, kind: UnitKind, parent_kind: UnitKind | None) -> list[Violation]:
-    """Organisations are roots; below them kinds never go back up (departments and projects nest)."""
-    if parent_kind is None and kind is not UnitKind.ORGANISATION:
-        return [
-            Violation(
-                ViolationCode.KIND_ORDER,
-                f"{path}: a top-level unit must be an organisation",
-                "choose a parent for it, or make it an organisation",
-                unit=path,
-                field="parent",
-            )
-        ]
-    if parent_kind is not None and (kind is UnitKind.ORGANISATION or kind.rank < parent_kind.rank):
-        return [
-            Violation(
-                ViolationCode.KIND_ORDER,
-                f"{path}: a {kind} cannot sit under a {parent_kind}",
-                "the tree goes organisation → department → team → project (departments and projects may nest)",
-                unit=path,
-                field="kind",
-            )
-        ]
-    return []
-
-
 def check_flavor_capacity(snapshot: OrgSnapshot, flavor: str) -> list[Violation]:
     """Σ of the roots' guarantees on ``flavor`` against its reclaimable capacity, per resource."""
     return _sorted(_evaluate(QuotaView(snapshot, {}), [("cap", None, flavor, r) for r in Resource]))
-
-
-def _check_cycles(snapshot: OrgSnapshot) -> list[Violation]:
-    state: dict[int, int] = {}
-    problems = []
-    for start in snapshot.units:
-        trail: list[int] = []
-        node: int | None = start
-        while node is not None and node in snapshot.units and state.get(node) is None:
-            state[node] = 1
-            trail.append(node)
-            node = snapshot.units[node].parent_id
-        if node is not None and state.get(node) == 1:
-            path = snapshot.path(node)
-            problems.append(
-                Violation(
-                    ViolationCode.CYCLE,
-                    f"{path} is its own ancestor",
-                    "move one unit of the loop under a unit outside it",
-                    unit=path,
-                    field="parent",
-                )
-            )
-        for done in trail:
-            state[done] = 2
-    return problems
 
 
 def check_contracts(snapshot: OrgSnapshot) -> list[Violation]:

@@ -16,7 +16,8 @@ from quotas.errors import InputError, full_clean
 from quotas.models import NamespaceBinding, OrgUnit, ReclamationContract, WorkloadTier
 from quotas.policy import UnitKind
 from quotas.policy.contracts import check_promises
-from quotas.policy.invariants import check_contracts, check_move, check_placement, validate_tree
+from quotas.policy.invariants import check_contracts, check_move, validate_tree
+from quotas.policy.structure import check_placement
 from quotas.policy.violations import PolicyViolationError
 from quotas.selectors import org_snapshot
 

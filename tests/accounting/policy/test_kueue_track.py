@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from accounting.policy.kueue import WorkloadError, admitted_devices, observe, track_from_json, track_to_json
+from accounting.policy.kueue import WorkloadError, admitted_devices, observe
+from accounting.policy.kueue_track_json import track_from_json, track_to_json
 from accounting.policy.sacct import EndState
 
 SAMPLES = Path(__file__).parents[2] / "fixtures" / "usage" / "kueue"
