@@ -6,7 +6,9 @@ Starts the tests' control plane (tests/kube_cluster.py: etcd, kube-apiserver, Ku
 stack as the pod runs it (gunicorn with deploy/gunicorn.conf.py, ALLOT_WEBHOOK_ONLY=true, behind the
 nginx front rendered from the shipped template, over TLS with a certificate the API server trusts; the
 database holds the demo organisation), then creates GPU Pods in a governed, bound namespace for
-BENCH_SECONDS (10) each at 1 and 8 creators (one kept-alive connection each), three ways:
+BENCH_SECONDS (10) each at 1 and 8 creators (one kept-alive connection each), three ways, one after the other
+BENCH_ROUNDS times (3) so that the machine's drift falls on every case alike (the figures are over every
+round's creates together; each round's own p50 ratio is printed for the spread):
 
 * ``none``  — no webhook registered: the API server's own cost, the floor;
 * ``noop``  — deploy/kubernetes/base/webhook.yaml's two configurations registered exactly as shipped
@@ -16,7 +18,8 @@ BENCH_SECONDS (10) each at 1 and 8 creators (one kept-alive connection each), th
 
 Added latency is each case's create time minus ``none``'s (median and p99). Where it goes: the API server's
 own histogram of each webhook call (apiserver_admission_webhook_admission_duration_seconds, per webhook)
-against Allot's own time per decision (the ``ms`` of its log lines); the rest is TLS, nginx and gunicorn.
+against Allot's own time per decision (the decision log's ``latency_ms`` of the phase's rows: an allowed
+create writes no log line); the rest is TLS, nginx and gunicorn.
 The LAST line is key=value pairs (added_p50_ms_<case>_<n>, added_p99_ms_<case>_<n>, ratio_p50_<n>,
 ratio_p99_<n>, call_ms_<webhook>_<case>_<n>, decision_ms_<webhook>_<n>, creates_<case>_<n>).
 """
@@ -37,9 +40,11 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import django
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +60,8 @@ _spec.loader.exec_module(_stack)  # bench/admission.py: the nginx front and the 
 free_port, nginx_conf, pct, wait_ready = _stack.free_port, _stack.nginx_conf, _stack.pct, _stack.wait_ready
 
 DURATION = int(os.environ.get("BENCH_SECONDS", "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+WARM_SECONDS = 3  # before each phase: connections, informers, every gunicorn worker
 NAMESPACE = "nlp"  # bound to research/nlp on the demo's k8s-west
 MANIFEST = ROOT / "deploy" / "kubernetes" / "base" / "webhook.yaml"
 LABELS = {
@@ -109,13 +116,13 @@ def _path(doc: dict[str, Any]) -> str:
     return f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}"
 
 
-def creates(plane: Any, creators: int) -> list[float]:
-    """Pod creates for DURATION seconds, each creator on its own kept-alive TLS connection."""
+def creates(plane: Any, creators: int, seconds: float = DURATION) -> list[float]:
+    """Pod creates for ``seconds``, each creator on its own kept-alive TLS connection."""
     context = ssl.create_default_context(cafile=str(plane.pki.ca))
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
     times: list[float] = []
     lock = threading.Lock()
-    until = time.monotonic() + DURATION
+    until = time.monotonic() + seconds
 
     def creator() -> None:
         conn = http.client.HTTPSConnection("127.0.0.1", plane.port, context=context, timeout=30)
@@ -154,17 +161,74 @@ def hook_totals(plane: Any) -> dict[str, tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
-def decisions(log: Path, start: int) -> dict[str, list[float]]:
-    """Allot's own milliseconds per decision, per webhook, from its log lines after byte ``start``."""
-    found: dict[str, list[float]] = {"mutate": [], "validate": []}
-    with log.open("rb") as f:
-        f.seek(start)
-        for line in f:
-            brace = line.find(b"{")
-            if b'"event": "admission"' in line and brace >= 0:
-                entry = json.loads(line[brace:])
-                found.setdefault(entry["webhook"], []).append(entry["ms"])
+def decisions(since: datetime) -> dict[str, float]:
+    """Allot's own mean milliseconds per decision, per webhook, from the decision log's rows since ``since``
+    (written in batches every 0.2 s: read after the phase has settled)."""
+    from django.db.models import Avg
+
+    from admission.models import AdmissionDecision
+
+    rows = AdmissionDecision.objects.filter(at__gte=since, namespace=NAMESPACE)
+    return {row["webhook"]: row["ms"] for row in rows.values("webhook").annotate(ms=Avg("latency_ms"))}
+
+
+def phase(plane: Any, case: str, creators: int) -> dict[str, Any]:
+    """One case's creates, with the API server's time per webhook call and (for Allot) its decision times."""
+    from django.utils import timezone
+
+    register(plane, case)
+    creates(plane, creators, WARM_SECONDS)
+    before, since = hook_totals(plane), timezone.now()
+    times = creates(plane, creators)
+    after = hook_totals(plane)
+    calls = {}
+    for name, (seconds, count) in after.items():
+        was = before.get(name, (0.0, 0.0))
+        if count > was[1]:
+            calls[name] = (seconds - was[0]) / (count - was[1]) * 1000
+    found = {"times": times, "calls": calls, "decisions": {}}
+    if case == "allot":
+        time.sleep(0.5)  # the decision log is flushed every 0.2 s
+        found["decisions"] = decisions(since)
     return found
+
+
+def report(creators: int, rounds: list[dict[str, dict[str, Any]]], figures: dict[str, float]) -> None:
+    """Print and add each case's figures over every round's creates together (every case ran once a round, so the
+    machine's drift falls on all alike), and each round's own p50 ratio for the spread."""
+
+    def ratio(floor: list[float], noop: list[float], allot: list[float], q: float) -> float:
+        return (pct(allot, q) - pct(floor, q)) / max(pct(noop, q) - pct(floor, q), 0.01)
+
+    pooled = {case: sorted(t for one in rounds for t in one[case]["times"]) for case in ("none", "noop", "allot")}
+    for case in ("none", "noop", "allot"):
+        times = pooled[case]
+        p50, p99 = pct(times, 0.5), pct(times, 0.99)
+        figures[f"creates_{case}_{creators}"] = len(times)
+        line = f"{creators} creator(s), {case:>5}: {len(times):,} creates, p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+        if case != "none":
+            added50, added99 = p50 - pct(pooled["none"], 0.5), p99 - pct(pooled["none"], 0.99)
+            figures[f"added_p50_ms_{case}_{creators}"] = added50
+            figures[f"added_p99_ms_{case}_{creators}"] = added99
+            line += f"; added p50 {added50:.2f} ms, p99 {added99:.2f} ms"
+            for name in sorted({n for one in rounds for n in one[case]["calls"]}):
+                per = statistics.mean(one[case]["calls"][name] for one in rounds if name in one[case]["calls"])
+                figures[f"call_ms_{name.split('.')[0]}_{case}_{creators}"] = per
+                line += f"; API server's {name} call {per:.2f} ms"
+        for hook in sorted({h for one in rounds for h in one[case]["decisions"]}):
+            ms = statistics.mean(one[case]["decisions"][hook] for one in rounds if hook in one[case]["decisions"])
+            figures[f"decision_ms_{hook}_{creators}"] = ms
+            line += f"; Allot's {hook} decision {ms:.3f} ms"
+        print(line, flush=True)
+    ratio50 = ratio(pooled["none"], pooled["noop"], pooled["allot"], 0.5)
+    ratio99 = ratio(pooled["none"], pooled["noop"], pooled["allot"], 0.99)
+    figures[f"ratio_p50_{creators}"], figures[f"ratio_p99_{creators}"] = ratio50, ratio99
+    each = [ratio(one["none"]["times"], one["noop"]["times"], one["allot"]["times"], 0.5) for one in rounds]
+    print(
+        f"{creators} creator(s): ratio p50 {ratio50:.2f}, p99 {ratio99:.2f} over {len(rounds)} rounds "
+        f"(each round's p50 ratio: {', '.join(f'{r:.2f}' for r in each)})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -183,6 +247,8 @@ def main() -> None:
     python = sys.executable
     subprocess.run([python, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run([python, "manage.py", "allot_demo"], cwd=ROOT, env=env, check=True, capture_output=True)
+    os.environ.update({**env, "DJANGO_SETTINGS_MODULE": "config.settings"})  # the server's database
+    django.setup()  # this process reads the decision log
     print("starting the control plane …", flush=True)
     plane = start_for_session(work)
     upstream, plain = free_port(), free_port()
@@ -205,38 +271,8 @@ def main() -> None:
              "metadata": {"name": NAMESPACE, "labels": {"allot.dev/governed": "true"}}}
         )  # fmt: skip
         for creators in (1, 8):
-            floor: list[float] = []
-            for case in ("none", "noop", "allot"):
-                register(plane, case)
-                creates(plane, creators)  # warm: connections, informers, every gunicorn worker
-                before, mark = hook_totals(plane), log.stat().st_size
-                times = creates(plane, creators)
-                after = hook_totals(plane)
-                floor = times if case == "none" else floor
-                p50, p99 = pct(times, 0.5), pct(times, 0.99)
-                figures[f"creates_{case}_{creators}"] = len(times)
-                line = f"{creators} creator(s), {case:>5}: {len(times):,} creates, p50 {p50:.2f} ms, p99 {p99:.2f} ms"
-                if case != "none":
-                    added50, added99 = p50 - pct(floor, 0.5), p99 - pct(floor, 0.99)
-                    figures[f"added_p50_ms_{case}_{creators}"] = added50
-                    figures[f"added_p99_ms_{case}_{creators}"] = added99
-                    line += f"; added p50 {added50:.2f} ms, p99 {added99:.2f} ms"
-                    for name, (seconds, calls) in after.items():
-                        was = before.get(name, (0.0, 0.0))
-                        if calls > was[1]:
-                            per = (seconds - was[0]) / (calls - was[1]) * 1000
-                            figures[f"call_ms_{name.split('.')[0]}_{case}_{creators}"] = per
-                            line += f"; API server's {name} call {per:.2f} ms"
-                if case == "allot":
-                    time.sleep(0.5)  # the decision lines are written in batches every 0.2 s (config.logs)
-                    for hook, ms in decisions(log, mark).items():
-                        if ms:
-                            figures[f"decision_ms_{hook}_{creators}"] = statistics.mean(ms)
-                            line += f"; Allot's {hook} decision {statistics.mean(ms):.3f} ms"
-                print(line, flush=True)
-            noop50, noop99 = figures[f"added_p50_ms_noop_{creators}"], figures[f"added_p99_ms_noop_{creators}"]
-            figures[f"ratio_p50_{creators}"] = figures[f"added_p50_ms_allot_{creators}"] / max(noop50, 0.01)
-            figures[f"ratio_p99_{creators}"] = figures[f"added_p99_ms_allot_{creators}"] / max(noop99, 0.01)
+            rounds = [{case: phase(plane, case, creators) for case in ("none", "noop", "allot")} for _ in range(ROUNDS)]
+            report(creators, rounds, figures)
         register(plane, "none")
         load = os.getloadavg()
         print(f"load average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)", flush=True)
