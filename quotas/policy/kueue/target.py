@@ -54,7 +54,7 @@ class KueueTarget:
     at: datetime | None = None
     """When the policy is compiled: which budgets are spent now. None: budgets are left out."""
     sharing: str = "classic"
-    """How Kueue shares unused quota on this cluster: ``classic``, ``fair`` or ``admission`` (see the module)."""
+    """How Kueue shares unused quota on this cluster: ``classic``, ``fair`` or ``admission`` (see :mod:`.translate`)."""
     half_life_s: int = 7 * 86400
     """The cluster's fair-share half-life: Kueue's admissionFairSharing.usageHalfLifeTime under ``admission``."""
 
