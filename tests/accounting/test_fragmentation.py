@@ -4,7 +4,6 @@ nodes and pending jobs, and the finding when free-but-unusable capacity persists
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -86,12 +85,9 @@ def test_persistent_unusable_capacity_becomes_a_finding(
 @pytest.mark.slurm
 def test_real_jobs_on_the_local_slurm_node_leave_free_but_unusable_gpus(lab):
     from accounting.services.fragmentation import slurm_inventory
-    from tests.quotas.test_slurm_sync import _sh, _wait
+    from tests.quotas.test_slurm_sync import _sh, _wait, node_to_ourselves
 
-    for _ in range(120):  # the node to ourselves: earlier tests' jobs gone
-        if not _sh("squeue", "-h", "-o", "%i").stdout.strip():
-            break
-        time.sleep(0.5)
+    node_to_ourselves()  # the node's 8 GPUs counted below are ours alone
     held = pending = None
     try:
         done = _sh("sbatch", "-A", "root", "--gres=gpu:a100:6", "-t", "5", "--chdir=/tmp", "-o", "/dev/null",
