@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -344,78 +343,6 @@ def slurm_desired(cluster: Cluster) -> Any:
     from quotas.policy.slurm.translate import compile_slurm
 
     return compile_slurm(org_snapshot(), slurm_target(cluster))
-
-
-def clusters_overview() -> list[dict[str, Any]]:
-    """Every cluster with its flavors' device count, its latest run and its latest drift check: three
-    queries whatever the number of clusters."""
-    from django.db.models import OuterRef, Subquery, Sum
-
-    from quotas.models import SyncMode, SyncRun
-
-    def latest(**where: Any) -> Subquery:
-        return Subquery(SyncRun.objects.filter(cluster=OuterRef("pk"), **where).order_by("-pk").values("pk")[:1])
-
-    clusters = list(
-        Cluster.objects.annotate(
-            devices=Sum("flavors__physical_devices"),
-            last_run_id=latest(),
-            last_drift_id=latest(mode=SyncMode.DRIFT_CHECK),
-        ).order_by("name")
-    )
-    ids = {c.last_run_id for c in clusters} | {c.last_drift_id for c in clusters}  # type: ignore[attr-defined]
-    runs = SyncRun.objects.in_bulk([i for i in ids if i])
-    return [
-        {
-            "cluster": c,
-            "devices": c.devices or 0,  # type: ignore[attr-defined]
-            "last_run": runs.get(c.last_run_id),  # type: ignore[attr-defined]
-            "last_drift": runs.get(c.last_drift_id),  # type: ignore[attr-defined]
-        }
-        for c in clusters
-    ]
-
-
-def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every periodic entry of beat (config/celery.py) with its interval, when beat last sent it and
-    when it is due next (one query). An entry beat never sent is due "at beat's next start"."""
-    from datetime import timedelta
-
-    from celery import current_app as app  # config/celery.py's app (config/__init__ loads it first)
-    from celery.schedules import crontab, maybe_schedule
-    from django.utils import timezone
-
-    from quotas.models import BeatRun
-
-    now = now or timezone.now()
-    runs = {r.name: r for r in BeatRun.objects.all()}
-    rows = []
-    for name, entry in sorted(app.conf.beat_schedule.items()):
-        schedule = maybe_schedule(entry["schedule"])
-        last = runs.get(name)
-        if isinstance(schedule, crontab):  # a calendar entry (the monthly reviews): no fixed interval
-            seconds = None
-            every = f"cron {schedule._orig_minute} {schedule._orig_hour} {schedule._orig_day_of_month} * *"
-            due = (last.last_run_at if last else now) + schedule.remaining_estimate(last.last_run_at if last else now)
-            late = 3600.0
-        else:
-            seconds = schedule.run_every.total_seconds()
-            every = f"{int(seconds // 60)} min"
-            due = last.last_run_at + timedelta(seconds=seconds) if last else None
-            late = max(60.0, seconds / 2)
-        rows.append(
-            {
-                "name": name,
-                "task": entry["task"],
-                "args": ", ".join(map(str, entry.get("args", ()))),
-                "every_s": None if seconds is None else int(seconds),
-                "every": every,
-                "last": last,
-                "next": due if last or seconds is None else None,
-                "overdue": last is not None and due is not None and due < now - timedelta(seconds=late),
-            }
-        )
-    return rows
 
 
 def units_by_queue_name(names: Iterable[str]) -> dict[str, int]:
