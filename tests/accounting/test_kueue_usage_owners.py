@@ -224,7 +224,8 @@ def test_the_python_rollup_of_allocations_gives_the_rows_the_postgresql_statemen
     from django.utils import timezone
 
     from accounting.models import UsageHour
-    from accounting.services import rollup, usage_rollup
+    from accounting.services import usage_rollup
+    from accounting.services.rollup_allocations import allocation_rows
     from tests.accounting.test_kueue_usage import T0, script, watch
 
     with WatchScriptServer(script()) as server:
@@ -233,5 +234,5 @@ def test_the_python_rollup_of_allocations_gives_the_rows_the_postgresql_statemen
     usage_rollup(start=T0, end=T0 + timedelta(hours=3), now=now)  # the SQL statement
     by_sql = _rolled(bound, T0)
     UsageHour.objects.filter(hour__gte=T0).delete()
-    UsageHour.objects.bulk_create(rollup.allocation_rows(T0, T0 + timedelta(hours=3), now))
+    UsageHour.objects.bulk_create(allocation_rows(T0, T0 + timedelta(hours=3), now))
     assert _rolled(bound, T0) == by_sql and by_sql
