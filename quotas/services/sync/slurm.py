@@ -18,7 +18,8 @@ from quotas.models import (
 from quotas.policy.slurm.batch import Step as SlurmStep
 from quotas.policy.slurm.batch import batch as slurm_batch
 from quotas.policy.slurm.diff import Command as SlurmCommand
-from quotas.policy.slurm.diff import check_tres, hold_back, plan_slurm
+from quotas.policy.slurm.diff import plan_slurm
+from quotas.policy.slurm.holdback import check_tres, hold_back
 from quotas.policy.slurm.translate import compile_slurm
 from quotas.selectors import org_snapshot, policy_revision, slurm_target
 

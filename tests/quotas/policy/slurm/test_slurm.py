@@ -9,7 +9,8 @@ from quotas.policy import Resource, UnitKind
 from quotas.policy.builder import TreeBuilder
 from quotas.policy.slurm.batch import batch
 from quotas.policy.slurm.coverage import slurm_coverage
-from quotas.policy.slurm.diff import hold_back, plan_slurm
+from quotas.policy.slurm.diff import plan_slurm
+from quotas.policy.slurm.holdback import hold_back
 from quotas.policy.slurm.model import SlurmAccount, SlurmQos
 from quotas.policy.slurm.overcommit import subtree_overcommit
 from quotas.policy.slurm.parse import parse_assoc, parse_qos, parse_time, parse_tres
