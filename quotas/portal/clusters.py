@@ -4,21 +4,25 @@ outcomes; and a Slurm cluster's accounts as files a site can load by hand."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app as app  # config/celery.py's app (config/__init__ loads it first)
+from celery.schedules import crontab, maybe_schedule
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Prefetch
+from django.db.models import OuterRef, Prefetch, Subquery, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from quotas import selectors, services
 from quotas.access import is_platform_admin
 from quotas.errors import InputError
 from quotas.models import (
+    BeatRun,
     Cluster,
     ClusterKind,
     DriftPolicy,
@@ -87,9 +91,6 @@ def clusters(request: HttpRequest) -> HttpResponse:
 def clusters_overview() -> list[dict[str, Any]]:
     """Every cluster with its flavors' device count, its latest run and its latest drift check: three
     queries whatever the number of clusters."""
-    from django.db.models import OuterRef, Subquery, Sum
-
-    from quotas.models import SyncMode, SyncRun
 
     def latest(**where: Any) -> Subquery:
         return Subquery(SyncRun.objects.filter(cluster=OuterRef("pk"), **where).order_by("-pk").values("pk")[:1])
@@ -117,14 +118,6 @@ def clusters_overview() -> list[dict[str, Any]]:
 def beat_schedule_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     """Every periodic entry of beat (config/celery.py) with its interval, when beat last sent it and
     when it is due next (one query). An entry beat never sent is due "at beat's next start"."""
-    from datetime import timedelta
-
-    from celery import current_app as app  # config/celery.py's app (config/__init__ loads it first)
-    from celery.schedules import crontab, maybe_schedule
-    from django.utils import timezone
-
-    from quotas.models import BeatRun
-
     now = now or timezone.now()
     runs = {r.name: r for r in BeatRun.objects.all()}
     rows = []
