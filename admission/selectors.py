@@ -31,10 +31,12 @@ def admission_cluster() -> Cluster:
 def admission_policy(cluster: Cluster) -> AdmissionPolicy:
     """Everything the webhook needs, compiled in a handful of queries."""
     members: dict[int, set[str]] = {}
+    leads: dict[int, set[str]] = {}
     for unit_id, username, slurm in Membership.objects.values_list("unit_id", "user__username", "slurm_username"):
         members.setdefault(unit_id, set()).update(n for n in (username, slurm) if n)
     for unit_id, username in OrgUnit.leads.through.objects.values_list("orgunit_id", "user__username"):
         members.setdefault(unit_id, set()).add(username)
+        leads.setdefault(unit_id, set()).add(username)
     allowed: dict[int, set[str]] = {}
     for unit_id, tier in OrgUnit.allowed_tiers.through.objects.values_list("orgunit_id", "workloadtier__name"):
         allowed.setdefault(unit_id, set()).add(tier)
@@ -69,6 +71,7 @@ def admission_policy(cluster: Cluster) -> AdmissionPolicy:
         members={u: frozenset(m) for u, m in members.items()},
         allowed_tiers={u: frozenset(t) for u, t in allowed.items()},
         flavor_memory=memory,
+        leads={u: frozenset(m) for u, m in leads.items()},
     )
     return replace(
         policy,

@@ -50,7 +50,8 @@ def decide(policy: AdmissionPolicy, request: Mapping[str, Any], *, mutate: bool 
     try:
         return _decide(policy, request, mutate)
     except FractionalDeviceError as exc:
-        return _deny(Reason.FRACTIONAL_DEVICE, str(exc), kind=str((request.get("kind") or {}).get("kind") or ""))
+        kind = str((request.get("kind") or {}).get("kind") or "")
+        return _deny(Reason.FRACTIONAL_DEVICE, f"{exc}; {_shares(policy)}", kind=kind)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         return _deny(
             Reason.MALFORMED,
@@ -62,10 +63,19 @@ def _deny(reason: Reason, message: str, *, kind: str = "", unit: str = "") -> De
     return Decision(False, reason, message, (), (), unit, kind)
 
 
+def _shares(policy: AdmissionPolicy) -> str:
+    """What a pod that wants part of a GPU may ask for on this cluster."""
+    offered = sorted({(f.name, r) for f in policy.flavors for r in f.profiles})
+    if not offered:
+        return f"cluster {policy.cluster} offers no shared GPUs (no MIG, MPS or time-sliced flavor): ask for 1"
+    said = "; ".join(f"{r} on {name}" for name, r in offered)
+    return f"on cluster {policy.cluster} ask for a slice instead ({said}), or for 1 whole GPU"
+
+
 def _decide(policy: AdmissionPolicy, request: Mapping[str, Any], mutate: bool) -> Decision:
     operation = request.get("operation")
     if operation not in OPERATIONS:
-        return _deny(Reason.MALFORMED, f"request.operation is {operation!r}: expected one of {', '.join(OPERATIONS)}")
+        return _deny(Reason.MALFORMED, f"request.operation is {operation or 'missing'!r}: expected one of {', '.join(OPERATIONS)}")
     if operation in ("DELETE", "CONNECT"):
         return Decision(True, Reason.NOT_CHECKED)
     kind_info = request.get("kind")
@@ -331,6 +341,8 @@ def _pin_slices(r: Review) -> None:
         asked = {counted[n] for n in podset.held_per_pod(weights)}
         if len(asked) != 1 or None in asked or fitting_flavors(r, podset) is not None:
             continue
+        if any(counted[n] is None and n not in weights for n in podset.held_per_pod(counted)):
+            continue  # whole GPUs beside the slices: no flavor offers both, and the validating webhook says so
         wanted = dict(labels.get(str(next(iter(asked))), {}))
         selector = podset.spec.get("nodeSelector")
         if not isinstance(selector, Mapping):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
+from quotas.policy import pods
 from quotas.policy.placement import matching_flavors
 from quotas.policy.sharing import MIG_PREFIX, SHARED_GPU, show
 
@@ -14,9 +15,10 @@ from .workload import DRA, PodSet, describe_requirements
 
 
 def fitting_flavors(r: Review, podset: PodSet) -> tuple[str, ...] | None:
-    """The flavors a pod set may land on given its node selector AND its required node affinity (any
-    of its terms), as Kubernetes combines them (quotas.policy.placement); None: any flavor; (): none."""
-    return matching_flavors(podset.spec, r.policy.flavor_labels)
+    """The flavors a pod set may land on by Kueue's matching rule (quotas.policy.placement: its node selector
+    AND any term of its required node affinity on the keys of every flavor, its tolerations against each
+    flavor's taints); None: any flavor; (): none."""
+    return matching_flavors(podset.spec, r.policy.flavor_labels, r.policy.flavor_taints)
 
 
 def _where(flavors: tuple[str, ...] | None) -> str:
@@ -25,14 +27,35 @@ def _where(flavors: tuple[str, ...] | None) -> str:
     return f"on {flavors[0]}" if len(flavors) == 1 else f"on any of {', '.join(flavors)}"
 
 
-def _unknown_pin(r: Review, podset: PodSet, what: str) -> Decision:
-    known = "; ".join(
-        f"{f.name} ({', '.join(f'{k}={v}' for k, v in sorted(f.node_labels.items()))})" for f in r.policy.flavors
+def _selects(r: Review, names: tuple[str, ...]) -> str:
+    """Each flavor with the node labels that select it: ``a100-80gb (allot.dev/flavor=a100-80gb)``."""
+    labels = r.policy.flavor_labels
+    return "; ".join(
+        f"{n} ({', '.join(f'{k}={v}' for k, v in sorted(labels.get(n, {}).items())) or 'no node labels'})"
+        for n in names
     )
+
+
+def _unknown_pin(r: Review, podset: PodSet) -> Decision:
+    """A pin no flavor of the cluster satisfies (Kueue: "flavor … doesn't match node affinity" for each)."""
+    known = _selects(r, tuple(f.name for f in r.policy.flavors))
     return r.deny(
         Reason.UNKNOWN_FLAVOR,
-        f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which {what} cluster {r.policy.cluster} "
-        f"has: it would wait forever; flavors: {known or 'none'}",
+        f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which no flavor of cluster "
+        f"{r.policy.cluster} satisfies: it would wait forever; pin one of its flavors instead: {known or 'none'}",
+    )
+
+
+def _pin_elsewhere(
+    r: Review, podset: PodSet, what: str, offered: tuple[str, ...], fitting: tuple[str, ...]
+) -> Decision:
+    """A pin that keeps the pod set off every flavor offering what it asks for: the flavors that would take it."""
+    return r.deny(
+        Reason.PIN_MISMATCH,
+        f"{podset.name} asks for {what}, but it is pinned to {describe_requirements(podset.spec)}, which only "
+        f"{', '.join(fitting)} {'satisfies' if len(fitting) == 1 else 'satisfy'} and "
+        f"{'it does' if len(fitting) == 1 else 'they do'} not offer it: it would wait forever on cluster "
+        f"{r.policy.cluster}; pin a flavor that offers it instead: {_selects(r, offered)}",
     )
 
 
@@ -49,17 +72,54 @@ def _not_offered(r: Review, podset: PodSet, name: str) -> Decision:
         offers += f"; whole GPUs (nvidia.com/gpu) on {', '.join(whole)}"
     return r.deny(
         Reason.PROFILE_NOT_OFFERED,
-        f"{podset.name} asks for {name}, which no flavor it may land on offers on cluster {r.policy.cluster}: it "
-        f"would wait forever; {offers}",
+        f"{podset.name} asks for {name}, which no flavor of cluster {r.policy.cluster} offers: it would wait "
+        f"forever; {offers}",
     )
+
+
+def _one_flavor(r: Review, podset: PodSet, names: list[str]) -> Decision:
+    """Devices of two kinds in one pod set that no one flavor offers together (Kueue gives a pod set one flavor
+    for every resource of the group)."""
+    offers = "; ".join(f"{n} on {', '.join(r.policy.offering(n)) or 'no flavor'}" for n in sorted(names))
+    return r.deny(
+        Reason.PROFILE_NOT_OFFERED,
+        f"{podset.name} asks for {' and '.join(sorted(names))} in one pod, but Kueue gives a pod one flavor for "
+        f"all of them and no flavor of cluster {r.policy.cluster} offers them together: it would wait forever "
+        f"({offers}); ask for them in separate pods",
+    )
+
+
+def _placed(r: Review, podset: PodSet, held: dict[str, int]) -> tuple[Decision | None, tuple[str, ...] | None]:
+    """Where the pod set's devices may land: the flavors its pin allows that offer everything it asks for
+    (whole GPUs and slices share one resource group, so one flavor must offer them all; a mapped accelerator is
+    its flavor's alone). (a refusal, None) where none may; (None, None) for any flavor."""
+    fitting = fitting_flavors(r, podset)
+    if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
+        return _unknown_pin(r, podset), None
+    counted, everywhere = r.policy.counted, tuple(f.name for f in r.policy.flavors)
+    grouped = [n for n in held if counted[n] is None or n in r.policy.weights]
+    candidates = set(everywhere if fitting is None else fitting)
+    for name in held:
+        offered = r.policy.offering(name)
+        if not offered:
+            return _not_offered(r, podset, name), None
+        if fitting is not None and not set(offered) & set(fitting):
+            return _pin_elsewhere(r, podset, name, offered, fitting), None
+        if name in grouped:
+            candidates &= set(offered)
+    if grouped and not candidates:
+        return _one_flavor(r, podset, grouped), None
+    found = tuple(n for n in everywhere if n in candidates)
+    return None, (None if len(found) == len(everywhere) else found)
 
 
 def devices(r: Review) -> list[Decision]:
     """Per group of pod sets that may land on the same flavors: the devices they hold at once, in
     GPU-equivalents (a slice by its weight), must fit the largest ceiling among those flavors; a pin no
-    flavor matches, a slice no flavor offers, and accelerators Allot does not count, are refused."""
+    flavor matches, a pin that keeps a pod set off every flavor offering its devices, a slice no flavor
+    offers, and accelerators Allot does not count, are refused."""
     policy, rule = r.policy, r.rule
-    counted, weights, whole = policy.counted, policy.weights, policy.whole_flavors
+    counted, weights = policy.counted, policy.weights
     found = []
     groups: dict[tuple[str, ...] | None, Fraction | int] = {}  # whole GPUs add up as ints, slices by weight
     asked: dict[tuple[str, ...] | None, dict[str, int]] = {}
@@ -92,41 +152,43 @@ def devices(r: Review) -> list[Decision]:
             )
         if not podset.count:
             continue
-        fitting = fitting_flavors(r, podset)
-        if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
-            found.append(_unknown_pin(r, podset, "no flavor of"))
+        held = {n: v for n, v in podset.held_per_pod(counted).items() if v}
+        if not held and not policy.matched(pods.named(podset.spec)):
+            continue  # asks for nothing the queues cover: Kueue assigns it no flavor, whatever its pins
+        refusal, placed = _placed(r, podset, held)
+        if refusal is not None:
+            found.append(refusal)
             continue
-        for name, per_pod in podset.held_per_pod(counted).items():
+        for name, per_pod in held.items():
             flavor = counted[name]
-            key: tuple[str, ...] | None = fitting
-            if flavor is not None:  # a resource mapped to one flavor: the pin must allow it
-                if fitting is not None and flavor not in fitting:
-                    found.append(_unknown_pin(r, podset, f"not {flavor} (where its devices are), nor any flavor of"))
-                    continue
-                key = (flavor,)
-            elif name not in weights and whole is not None:  # whole GPUs: never on a shared flavor
-                key = tuple(f for f in (fitting or whole) if f in whole)
-                if not key:
-                    found.append(_not_offered(r, podset, name))
-                    continue
-            held, weight = podset.count * per_pod, weights.get(name)
-            groups[key] = groups.get(key, 0) + (held if weight is None else held * weight)
-            asked.setdefault(key, {})[name] = asked.get(key, {}).get(name, 0) + held
+            key = (flavor,) if flavor is not None and name not in weights else placed
+            total, weight = podset.count * per_pod, weights.get(name)
+            groups[key] = groups.get(key, 0) + (total if weight is None else total * weight)
+            asked.setdefault(key, {})[name] = asked.get(key, {}).get(name, 0) + total
     for key, wanted in sorted(groups.items(), key=lambda kv: str(kv[0])):
         names = tuple(rule.ceilings) if key is None else key
         limit = max((rule.ceilings.get(n, 0) for n in names), default=0)
         if wanted <= limit:
             continue
         what = _what(wanted, asked[key], weights)
+        ask = f" (ask {rule.lead})" if rule.lead else ""
         if limit == 0:
+            has = sorted(n for n, c in rule.ceilings.items() if c > 0)
+            where = f"use a flavor it has quota on: {', '.join(has)}" if has else "it has quota on no flavor here"
             message = (
-                f"asks for {what} {_where(key)}, but {rule.unit_path} has no quota there: "
-                f"ask for quota in Allot, or use a flavor it has"
+                f"asks for {what} {_where(key)}, but {rule.unit_path} has no quota there: it would wait forever; "
+                f"{where}, or ask for quota in Allot{ask}"
             )
         else:
+            best = [n for n in names if rule.ceilings.get(n, 0) == limit]
+            why = (
+                "what Kueue can ever admit to its queue: the guarantees its children keep are not its to use"
+                if all(n in rule.reach_limited for n in best)
+                else "guarantee + burst"
+            )
             message = (
-                f"asks for {what} {_where(key)}, but {rule.unit_path} can never hold more than {limit} there "
-                f"(guarantee + burst): it would wait forever; ask for at most {limit}, or request a larger quota"
+                f"asks for {what} {_where(key)}, but {rule.unit_path} can never hold more than {show(limit)} there "
+                f"({why}): it would wait forever; ask for at most {show(limit)}, or request a larger quota{ask}"
             )
         found.append(r.deny(Reason.EXCEEDS_CEILING, message))
     return found

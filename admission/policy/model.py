@@ -16,6 +16,7 @@ from quotas.policy.budgets import BudgetAction, BudgetLevel, budget_status, peri
 from quotas.policy.kueue.reach import reachable
 from quotas.policy.kueue.target import CompileError, KueueTarget, kueue_name, priority_class_name
 from quotas.policy.kueue.translate import compile_kueue
+from quotas.policy.placement import NO_TAINTS, FlavorTaints
 from quotas.policy.quantity import Resource
 from quotas.policy.sharing import EQUIVALENTS, GPU, MICRO
 from quotas.policy.snapshot import OrgSnapshot
@@ -53,6 +54,9 @@ class FlavorRule:
     """A shared flavor's slices (MIG profiles, MPS or time-sliced shares): per resource name, the profile's
     name and its weight in GPU-equivalents. Empty: whole devices (``nvidia.com/gpu``)."""
     sharing: str = "whole"
+    taints: FlavorTaints = NO_TAINTS
+    """Its nodes' taints and the tolerations Kueue gives its pods: a pod that does not tolerate a taint may
+    not land on it (quotas.policy.placement)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,12 @@ class NamespaceRule:
     can reach with the compiled queues (quotas.policy.kueue.reach: a parent's own queue never takes its
     children's kept guarantees)."""
     budgets: tuple[BudgetRule, ...] = ()
+    lead: str = ""
+    """Whom to ask about this unit's quota and membership: ``lead-nlp (lead of acme/research/nlp)``, the nearest
+    unit up the tree that has leads; "" where none has."""
+    reach_limited: frozenset[str] = frozenset()
+    """Flavors whose ceiling here is what Kueue can reach with the compiled queues, below the tree's guarantee +
+    burst (a parent's own queue never takes its children's kept guarantees)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,9 @@ class AdmissionPolicy:
     exempt_namespaces: frozenset[str] = field(default_factory=frozenset)
     accelerators: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ACCELERATORS))
     controllers: frozenset[str] = DEFAULT_CONTROLLERS
+    covered: frozenset[str] | None = None
+    """The resources the compiled ClusterQueues cover (their ``coveredResources``): Kueue matches a pod set's pins
+    against the flavors only when it asks for one of them. None: not known (every pod set's pins are matched)."""
     ungoverned_gpu: str = "deny"
     """A GPU request in a namespace no team holds: ``deny`` (refused, naming the fix) or ``allow`` (admitted
     with a warning). Anything that asks for no accelerator there is never blocked."""
@@ -146,6 +159,29 @@ class AdmissionPolicy:
         """Each flavor's node labels by its name, as ``quotas.policy.placement`` reads them."""
         return {f.name: f.node_labels for f in self.flavors}
 
+    @cached_property
+    def flavor_taints(self) -> Mapping[str, FlavorTaints]:
+        """The flavors whose nodes are tainted, by name, as ``quotas.policy.placement`` reads them."""
+        return {f.name: f.taints for f in self.flavors if f.taints.taints}
+
+    def offering(self, resource: str) -> tuple[str, ...]:
+        """The flavors that offer ``resource``: a mapped accelerator its flavor, a slice the shared flavors
+        that have it, whole GPUs the whole flavors (every flavor where none is shared)."""
+        mapped = self.accelerators.get(resource)
+        if mapped is not None:
+            return (mapped,)
+        if resource in self.weights:
+            return tuple(f.name for f in self.flavors if resource in f.profiles)
+        whole = self.whole_flavors
+        return tuple(f.name for f in self.flavors) if whole is None else whole
+
+    def matched(self, names: set[str]) -> bool:
+        """Kueue matches a pod set asking for ``names`` against the flavors: it asks for a covered resource (a
+        slice counts as the currency its flavor's weight is in)."""
+        if self.covered is None:
+            return True
+        return any(n in self.covered or (n in self.weights and EQUIVALENTS in self.covered) for n in names)
+
     @property
     def flavor_label_keys(self) -> frozenset[str]:
         """Node-label keys that name a flavor: a pod pinning one of these is pinned to a flavor."""
@@ -159,9 +195,11 @@ def compile_policy(
     members: Mapping[int, frozenset[str]],
     allowed_tiers: Mapping[int, frozenset[str]],
     flavor_memory: Mapping[str, int],
+    leads: Mapping[int, frozenset[str]] | None = None,
 ) -> AdmissionPolicy:
     """One rule per bound namespace. ``members``: usernames per unit; ``allowed_tiers``: tiers set on a
-    unit (empty inherits from the parent; nothing set anywhere allows every tier)."""
+    unit (empty inherits from the parent; nothing set anywhere allows every tier); ``leads``: each unit's leads,
+    named in refusals as whom to ask."""
     flavors = tuple(
         FlavorRule(
             f.name,
@@ -169,6 +207,7 @@ def compile_policy(
             flavor_memory.get(f.key, 0),
             {p.resource: (p.name, p.weight) for p in f.sharing.profiles},
             f.sharing.sharing.value,
+            FlavorTaints(tuple(f.node_taints), tuple(f.tolerations)),
         )
         for f in sorted(target.flavors, key=lambda f: f.name)
     )
@@ -178,12 +217,21 @@ def compile_policy(
     }
     rules = {}
     budgets = _budget_rules(snapshot, target)
+    covered: frozenset[str] | None = None
     try:
+        objects = compile_kueue(snapshot, target)
         reach = {
             k: int(v) if k[2] == GPU else int(v) // MICRO  # the currency of shared flavors is in millionths
-            for k, v in reachable(compile_kueue(snapshot, target)).items()
+            for k, v in reachable(objects).items()
             if k[2] in (GPU, EQUIVALENTS)
         }
+        covered = frozenset(
+            str(name)
+            for o in objects
+            if o["kind"] == "ClusterQueue"
+            for group in o["spec"].get("resourceGroups") or ()
+            for name in group["coveredResources"]
+        )
     except CompileError:  # the sync refuses such a tree with the reason; judge by the tree's ceilings meanwhile
         reach = {}
     for uid, namespaces in target.namespaces.items():
@@ -193,8 +241,9 @@ def compile_policy(
         found = tuple(b for u in [uid, *snapshot.ancestors(uid)] for b in budgets.get(u, ()))
         for namespace in namespaces:
             rule = _rule(snapshot, target, uid, queue_unit, namespace, tiers, members, allowed_tiers, reach)
+            rule = replace(rule, lead=_lead(snapshot, uid, leads or {}))
             rules[namespace] = replace(rule, budgets=found) if found else rule
-    return AdmissionPolicy(target.cluster, target.revision, rules, flavors)
+    return AdmissionPolicy(target.cluster, target.revision, rules, flavors, covered=covered)
 
 
 def _budget_rules(snapshot: OrgSnapshot, target: KueueTarget) -> dict[int, list[BudgetRule]]:
@@ -269,13 +318,15 @@ def _rule(
     contract = snapshot.effective_contract(uid)
     queue = snapshot.units[queue_unit]
     queue_name = queue.kueue_name or kueue_name(queue.path)
-    ceilings = {}
+    ceilings, limited = {}, set()
     for flavor in target.flavors:
         tree = min(
             snapshot.quota(u, flavor.key, Resource.GPU).ceiling for u in [queue_unit, *snapshot.ancestors(queue_unit)]
         )
         counted = EQUIVALENTS if flavor.sharing.shared else GPU
         ceilings[flavor.name] = min(tree, reach.get((queue_name, flavor.name, counted), tree))
+        if ceilings[flavor.name] < tree:
+            limited.add(flavor.name)
     return NamespaceRule(
         namespace=namespace,
         unit_path=unit.path,
@@ -288,7 +339,16 @@ def _rule(
         grace_period_s=contract.grace_period_s if contract else None,
         checkpoint_every_s=contract.checkpoint_every_s if contract else None,
         ceilings=ceilings,
+        reach_limited=frozenset(limited),
     )
+
+
+def _lead(snapshot: OrgSnapshot, uid: int, leads: Mapping[int, frozenset[str]]) -> str:
+    """The nearest leads up the tree from ``uid``, with the unit they lead."""
+    for u in [uid, *snapshot.ancestors(uid)]:
+        if leads.get(u):
+            return f"{', '.join(sorted(leads[u]))} (lead of {snapshot.units[u].path})"
+    return ""
 
 
 def _descendants(snapshot: OrgSnapshot, uid: int) -> list[int]:

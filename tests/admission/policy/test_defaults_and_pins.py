@@ -142,7 +142,8 @@ def test_a_pin_to_no_flavor_is_refused_for_cpu_pods_and_mapped_accelerators_too(
     obj = job(pod={"nodeSelector": {"gpu": "a100-80gb"}})
     obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"amd.com/gpu": "1"}}
     elsewhere = decide(amd, request(obj))  # its devices are a100-40gb's, its pin says 80 GB
-    assert elsewhere.reason is Reason.UNKNOWN_FLAVOR and "not a100-40gb" in elsewhere.message
+    assert elsewhere.reason is Reason.PIN_MISMATCH  # its pin matches a flavor, not the one that offers it
+    assert "pin a flavor that offers it instead: a100-40gb (gpu=a100-40gb)" in elsewhere.message
 
 
 def test_an_update_is_judged_violation_by_violation():

@@ -307,7 +307,7 @@ def test_mutate_sets_a_workloads_spec_fields():
 def test_a_pin_to_an_unknown_flavor_is_refused_with_the_flavors_there_are():
     decision = decide(policy(), request(job(pod={"nodeSelector": {"gpu": "h100"}})))
     assert decision.reason is Reason.UNKNOWN_FLAVOR
-    assert "pinned to gpu=h100, which no flavor of cluster west has" in decision.message
+    assert "pinned to gpu=h100, which no flavor of cluster west satisfies: it would wait forever" in decision.message
     assert "a100-40gb (gpu=a100-40gb)" in decision.message
     cpu_only = job(gpus=0, pod={"nodeSelector": {"gpu": "h100"}})  # issue #25.6: it would wait forever too
     assert decide(policy(), request(cpu_only)).reason is Reason.UNKNOWN_FLAVOR

@@ -77,7 +77,7 @@ def test_mixed_profiles_in_one_pod_add_up():
 def test_a_profile_the_flavor_does_not_offer_is_refused_with_those_it_may_use():
     refused = decide(policy(), request(sliced("nvidia.com/mig-2g.20gb", 1, 1)))
     assert refused.reason is Reason.PROFILE_NOT_OFFERED
-    assert "asks for nvidia.com/mig-2g.20gb, which no flavor it may land on offers" in refused.message
+    assert "asks for nvidia.com/mig-2g.20gb, which no flavor of cluster west offers" in refused.message
     assert "h100-mig (mig) offers 1g.10gb = 0.14 GPU, 3g.40gb = 0.5 GPU" in refused.message
     assert "whole GPUs (nvidia.com/gpu) on a100-40gb, a100-80gb" in refused.message
 
@@ -86,7 +86,9 @@ def test_whole_gpus_never_count_against_a_shared_flavor():
     # pinned to the MIG flavor's nodes, a whole GPU would wait forever: they offer only slices
     pinned = job(gpus=1, parallelism=1, pod={"nodeSelector": {"gpu": "h100-mig"}})
     refused = decide(policy(), request(pinned))
-    assert refused.reason is Reason.PROFILE_NOT_OFFERED and "asks for nvidia.com/gpu" in refused.message
+    assert refused.reason is Reason.PIN_MISMATCH and "asks for nvidia.com/gpu" in refused.message
+    instead = "pin a flavor that offers it instead: a100-40gb (gpu=a100-40gb); a100-80gb (gpu=a100-80gb)"
+    assert instead in refused.message
     # unpinned, whole GPUs are judged against the whole flavors' ceilings only (a100-80gb: 24), never the
     # MIG flavor's equivalents
     assert decide(policy(nlp_mig=(30, 0)), request(job(gpus=1, parallelism=24))).allowed
@@ -97,7 +99,9 @@ def test_whole_gpus_never_count_against_a_shared_flavor():
 @pytest.mark.parametrize("resource", ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"])
 def test_a_slice_pinned_elsewhere_would_wait_forever(resource):
     pinned = sliced(resource, 1, 1, pod={"nodeSelector": {"gpu": "a100-80gb"}})
-    assert decide(policy(), request(pinned)).reason is Reason.UNKNOWN_FLAVOR
+    refused = decide(policy(), request(pinned))
+    assert refused.reason is Reason.PIN_MISMATCH  # the pin matches a whole flavor, which offers no slices
+    assert refused.message.endswith("pin a flavor that offers it instead: h100-mig (gpu=h100-mig)")
 
 
 def test_time_sliced_shares_count_one_share_each():
