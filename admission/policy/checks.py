@@ -14,6 +14,11 @@ from .model import ANNOTATION_CHECKPOINT, LABEL_MAX_EXEC
 from .review import KUBERNETES_DEFAULT_GRACE_S, MAX_WARNING, RUNTIME_FIELDS, Check, Decision, Reason, Review
 
 
+def _said(value: object) -> str:
+    """A field's value in a message: ``'x'``, or ``missing`` (never Python's ``None``)."""
+    return "missing" if value is None or value == "" else repr(value)
+
+
 def labels(r: Review) -> list[Decision]:
     rule, lab = r.rule, r.labels
     missing = [k for k in (LABEL_OWNER, LABEL_PROJECT, LABEL_TIER) if not lab.get(k)]  # a Workload's too
@@ -34,7 +39,8 @@ def labels(r: Review) -> list[Decision]:
         found.append(
             r.deny(
                 Reason.UNKNOWN_OWNER,
-                f"owner {owner!r} is not a member of {rule.unit_path}: ask its lead to add you in Allot",
+                f"owner {owner!r} is not a member of {rule.unit_path}: ask "
+                f"{rule.lead or 'its lead'} to add you in Allot",
             )
         )
     if project and project not in rule.projects:
@@ -48,7 +54,11 @@ def labels(r: Review) -> list[Decision]:
     if tier and tier not in rule.tiers:
         allowed = ", ".join(sorted(rule.tiers)) or "none"
         found.append(
-            r.deny(Reason.TIER_NOT_ALLOWED, f"tier {tier!r} is not allowed for {rule.unit_path}; allowed: {allowed}")
+            r.deny(
+                Reason.TIER_NOT_ALLOWED,
+                f"tier {tier!r} is not allowed for {rule.unit_path}; allowed: {allowed}"
+                + (f" (to allow another, ask {rule.lead})" if rule.lead else ""),
+            )
         )
     contract = lab.get(LABEL_CONTRACT)
     if rule.contract and contract and contract != rule.contract:
@@ -70,7 +80,7 @@ def queue_and_priority(r: Review) -> list[Decision]:
         found.append(
             r.deny(
                 Reason.WRONG_QUEUE,
-                f"{field_name} is {queue!r}; workloads in {rule.namespace} go to LocalQueue {rule.queue!r}",
+                f"{field_name} is {_said(queue)}; workloads in {rule.namespace} go to LocalQueue {rule.queue!r}",
             )
         )
     if tier is None:
@@ -87,7 +97,7 @@ def queue_and_priority(r: Review) -> list[Decision]:
         found.append(
             r.deny(
                 Reason.WRONG_PRIORITY_CLASS,
-                f"{field_name} is {cls!r}; tier {tier.name} runs at {tier.priority_class!r}",
+                f"{field_name} is {_said(cls)}; tier {tier.name} runs at {tier.priority_class!r}",
             )
         )
     priority = r.spec.get("priority") if r.is_workload else None
@@ -136,31 +146,42 @@ def opportunistic(r: Review) -> list[Decision]:
     tier, rule = r.tier(), r.rule
     if tier is None or not tier.opportunistic:
         return []
+    # every violation is found, none hides another: an UPDATE that mends one is judged on what is left, and the
+    # grace period it did not change is no new violation (decide compares the lists)
+    found = []
     raw = r.checkpoint()
     example = format_duration(rule.checkpoint_every_s or 900)
+    every: int | None = None
     if raw is None:
-        return [
+        found.append(
             r.deny(
                 Reason.CHECKPOINT_REQUIRED,
                 f"tier {tier.name} runs on borrowed GPUs and can be reclaimed: declare how often it checkpoints "
                 f"with annotation (or label) {ANNOTATION_CHECKPOINT}, e.g. {ANNOTATION_CHECKPOINT}={example}",
             )
-        ]
-    try:
-        every = parse_duration(raw)
-    except DurationError:
-        return [
-            r.deny(
-                Reason.CHECKPOINT_REQUIRED, f"{ANNOTATION_CHECKPOINT}={raw!r} is not a duration: write e.g. {example}"
+        )
+    else:
+        try:
+            every = parse_duration(raw)
+        except DurationError:
+            found.append(
+                r.deny(
+                    Reason.CHECKPOINT_REQUIRED,
+                    f"{ANNOTATION_CHECKPOINT}={raw!r} is not a duration: write e.g. {example}",
+                )
             )
-        ]
-    found = []
-    if rule.checkpoint_every_s and (every <= 0 or every > rule.checkpoint_every_s):
+    if every is not None and rule.checkpoint_every_s and (every <= 0 or every > rule.checkpoint_every_s):
+        said = (
+            f"{ANNOTATION_CHECKPOINT}={raw!r} says it never checkpoints"
+            if every <= 0
+            else f"checkpoints every {format_duration(every)}"
+        )
         found.append(
             r.deny(
                 Reason.CHECKPOINT_TOO_SLOW,
-                f"checkpoints every {format_duration(every)}, but contract {rule.contract} needs at least every "
-                f"{format_duration(rule.checkpoint_every_s)}",
+                f"{said}, but contract {rule.contract} needs at least every "
+                f"{format_duration(rule.checkpoint_every_s)}: checkpoint that often and say so "
+                f"(e.g. {ANNOTATION_CHECKPOINT}={format_duration(rule.checkpoint_every_s)})",
             )
         )
     if rule.grace_period_s is not None:

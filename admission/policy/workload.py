@@ -112,8 +112,8 @@ def _amount(container: Mapping[str, Any], name: str) -> int:
         where = f"container {container.get('name', '?')}"
         if "whole number" in exc.message:
             raise FractionalDeviceError(
-                f"{where} asks for {name} {exc.raw!r}: Allot counts whole devices — a share of a GPU needs a "
-                f"sharing contract (MIG, MPS or time-slicing) this cluster does not offer; ask for 1"
+                f"{where} asks for {name} {exc.raw!r}: Allot counts whole devices — a share of a GPU is asked as "
+                f"a slice resource of a flavor that offers one, never as a fraction of {name}"
             ) from exc
         raise WorkloadError(f"{where}: {name} {exc.message}") from exc
 
@@ -260,6 +260,12 @@ def _ray_job_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
         )
     cluster = _at(spec, "RayJob", "rayClusterSpec", "spec")
     yield from _ray_cluster_pod_sets(cluster, "RayJob", "/spec/rayClusterSpec", "spec.rayClusterSpec")
+    # the submitter pod runs beside the cluster in K8sJobMode (KubeRay's default), and Kueue counts it as a pod
+    # set of the Workload: what its template asks for is held with the rest
+    submitter = spec.get("submitterPodTemplate")
+    if spec.get("submissionMode", "K8sJobMode") == "K8sJobMode" and submitter is not None:
+        template = _at(submitter, "RayJob", "spec", "spec.submitterPodTemplate")
+        yield PodSet("submitter", 1, template, "/spec/submitterPodTemplate/spec")
 
 
 def _ray_cluster_pod_sets(cluster: Mapping[str, Any], kind: str, pointer: str, where: str) -> Iterator[PodSet]:
