@@ -37,6 +37,11 @@ LATENCY = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
 REVISION = Gauge("allot_admission_policy_revision", "Policy revision the process decides with")
+UNLOGGED = Counter(
+    "allot_admission_decisions_unlogged",
+    "Decisions the decision log refused to store, written to ALLOT_ADMISSION_SPILL_FILE instead",
+)
+LOG_FAILING = Gauge("allot_admission_decision_log_failing", "1 while this process cannot write its decision log")
 
 
 class PolicyUnavailable(RuntimeError):
@@ -60,6 +65,9 @@ class _State:
         self.started = False
         self.last_error = ""
         self.failed_at = 0.0
+        self.log_error = ""
+        """Why the last write of the decision log failed ("" once one succeeds): readiness reports it."""
+        self.spilled = 0
 
     def current(self) -> AdmissionPolicy:
         """The loaded policy; the first call loads it. Raises PolicyUnavailable (with the cause) while
@@ -129,13 +137,47 @@ class _State:
         if batch:
             try:
                 _insert(batch)
-            except Exception:
-                self.pending.extendleft(reversed(batch))  # the database is away: keep them (bounded)
-                raise
+            except Exception as exc:
+                if _unreachable(exc):
+                    self._failing(exc)
+                    self.pending.extendleft(reversed(batch))  # the database is away: keep them (bounded)
+                    raise
+                self._one_by_one(batch)  # a row the database refuses must not hold back the others
+            else:
+                self._written()
         if batch and trim:
             newest = AdmissionDecision.objects.order_by("-id").values_list("id", flat=True).first() or 0
             AdmissionDecision.objects.filter(id__lte=newest - settings.ALLOT_ADMISSION_LOG_KEEP).delete()
         return len(batch)
+
+    def _one_by_one(self, batch: list[dict[str, Any]]) -> None:
+        """Each row of a refused batch on its own; a row refused again goes to the spill file, counted and
+        said (readiness, the metric, the log), never dropped. Raises, keeping the rest, if the database goes."""
+        for i, row in enumerate(batch):
+            try:
+                _insert([row])
+            except Exception as exc:
+                if _unreachable(exc):
+                    self._failing(exc)
+                    self.pending.extendleft(reversed(batch[i:]))
+                    raise
+                self._failing(exc)
+                spill(row, exc)
+                self.spilled += 1
+                UNLOGGED.inc()
+            else:
+                self._written()
+
+    def _failing(self, exc: BaseException) -> None:
+        self.log_error = f"{type(exc).__name__}: {exc}".strip()[:300]
+        LOG_FAILING.set(1)
+        workers.publish(self.policy.revision if self.policy else None, self.last_error, log_error=self.log_error)
+
+    def _written(self) -> None:
+        if self.log_error:
+            self.log_error = ""
+            LOG_FAILING.set(0)
+            workers.publish(self.policy.revision if self.policy else None, self.last_error)
 
     def _start(self) -> None:
         if self.started or not settings.ALLOT_ADMISSION_BACKGROUND:
@@ -203,6 +245,43 @@ def _insert(rows: list[dict[str, Any]]) -> None:
             cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", params)
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """The database cannot be reached (keep the rows and try again), as opposed to refusing these rows."""
+    from django.db import InterfaceError, OperationalError
+
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return isinstance(exc, (OperationalError, InterfaceError))
+    return isinstance(exc, (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def spill(row: dict[str, Any], exc: BaseException) -> None:
+    """Append a decision the log refused to ALLOT_ADMISSION_SPILL_FILE (one JSON object a line, with why); if
+    even that fails, its fields go to this process's log."""
+    import json
+    from pathlib import Path
+
+    line = json.dumps({**row, "at": row["at"].isoformat(), "why": f"{type(exc).__name__}: {exc}"[:300]})
+    try:
+        path = Path(settings.ALLOT_ADMISSION_SPILL_FILE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError:
+        log.error("admission decision not logged (the spill file could not be written either): %s", line)
+    else:
+        log.error("admission decision refused by the decision log, written to %s: %s", path, line)
+
+
+def safe(text: str) -> str:
+    """``text`` as every backend can store it: a NUL byte (PostgreSQL's text refuses it) and a lone surrogate
+    (not UTF-8) are written as their escapes, ``\\x00`` and ``\\ud800``; other text is returned as it is."""
+    if text.isascii():
+        return text.replace("\x00", "\\x00") if "\x00" in text else text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -227,15 +306,15 @@ def decision_row(
         "at": timezone.now(),
         "cluster": STATE.policy.cluster if STATE.policy else "",
         "webhook": webhook,
-        "uid": str(request.get("uid", ""))[:64],
-        "namespace": str(request.get("namespace") or "")[:63],
-        "kind": str(_dict(request.get("kind")).get("kind", ""))[:64],
-        "name": _name(request, meta)[:253],
-        "operation": str(request.get("operation") or "")[:16],
+        "uid": safe(str(request.get("uid", "")))[:64],
+        "namespace": safe(str(request.get("namespace") or ""))[:63],
+        "kind": safe(str(_dict(request.get("kind")).get("kind", "")))[:64],
+        "name": safe(_name(request, meta))[:253],
+        "operation": safe(str(request.get("operation") or ""))[:16],
         "allowed": allowed,
         "reason": reason,
-        "message": message,
-        "unit_path": unit,
-        "owner": str(labels.get("allot.dev/owner", ""))[:150],
+        "message": safe(message),
+        "unit_path": safe(unit),
+        "owner": safe(str(labels.get("allot.dev/owner", "")))[:150],
         "latency_ms": latency_ms,
     }

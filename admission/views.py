@@ -284,9 +284,24 @@ def readyz(request: HttpRequest) -> JsonResponse:
         why = "; ".join(f"worker {w['pid']}: {w.get('error') or 'no policy loaded yet'}" for w in stuck)
         return JsonResponse({"ready": False, "why": f"not every worker can decide: {why}"}, status=503)
     revisions = sorted({w["revision"] for w in workers.workers()} | {policy.revision})
-    return JsonResponse(
-        {"ready": True, "policy_revision": policy.revision, "cluster": policy.cluster, "worker_revisions": revisions}
-    )
+    answer: dict[str, Any] = {
+        "ready": True,
+        "policy_revision": policy.revision,
+        "cluster": policy.cluster,
+        "worker_revisions": revisions,
+    }
+    # a decision log that cannot be written is said, not made a reason to stop deciding: every decision is
+    # still answered, and the ones the log refused are in the spill file (admission.runtime.spill)
+    failing = {w["pid"]: w["log_error"] for w in workers.unlogged()}
+    if STATE.log_error:
+        failing[os.getpid()] = STATE.log_error
+    if failing or STATE.spilled:
+        answer["decision_log"] = {
+            "failing": [f"worker {pid}: {why}" for pid, why in sorted(failing.items())],
+            "spilled_here": STATE.spilled,
+            "spill_file": settings.ALLOT_ADMISSION_SPILL_FILE,
+        }
+    return JsonResponse(answer)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

@@ -28,8 +28,9 @@ def state_dir() -> Path | None:
     return Path(folder) if folder else None
 
 
-def publish(revision: int | None, error: str = "", *, pid: int | None = None) -> None:
-    """Record this worker's state (atomically: written aside, then renamed)."""
+def publish(revision: int | None, error: str = "", *, pid: int | None = None, log_error: str = "") -> None:
+    """Record this worker's state (atomically: written aside, then renamed); ``log_error``: why its decision
+    log cannot be written now ("" when it can)."""
     folder = state_dir()
     if folder is None:
         return
@@ -37,7 +38,7 @@ def publish(revision: int | None, error: str = "", *, pid: int | None = None) ->
     with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{pid}.tmp"
-        partial.write_text(json.dumps({"pid": pid, "revision": revision, "error": error}))
+        partial.write_text(json.dumps({"pid": pid, "revision": revision, "error": error, "log_error": log_error}))
         partial.replace(folder / f"{pid}.json")
 
 
@@ -69,6 +70,11 @@ def workers() -> list[dict[str, Any]]:
 def unready() -> list[dict[str, Any]]:
     """Live workers that published that they cannot decide."""
     return [w for w in workers() if w.get("revision") is None]
+
+
+def unlogged() -> list[dict[str, Any]]:
+    """Live workers that published that they cannot write their decision log."""
+    return [w for w in workers() if w.get("log_error")]
 
 
 def _alive(pid: int) -> bool:

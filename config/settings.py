@@ -235,6 +235,11 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
+    "DEFAULT_PARSER_CLASSES": [  # DRF's own three, the JSON one behind a size and nesting bound
+        "quotas.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "quotas.api.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",
@@ -667,6 +672,15 @@ ALLOT_ADMISSION_UNGOVERNED_GPU = env_str(
 if ALLOT_ADMISSION_UNGOVERNED_GPU not in ("deny", "allow"):
     raise ImproperlyConfigured(f"ALLOT_ADMISSION_UNGOVERNED_GPU={ALLOT_ADMISSION_UNGOVERNED_GPU!r}: use deny or allow")
 ALLOT_ADMISSION_LOG_KEEP = env_int("ALLOT_ADMISSION_LOG_KEEP", 100_000, help="Decision-log rows kept.")
+ALLOT_ADMISSION_SPILL_FILE = env_str(
+    "ALLOT_ADMISSION_SPILL_FILE",
+    str(VAR_DIR / "admission-unlogged.jsonl"),
+    help=(
+        "Where a webhook process appends, as JSON lines, the decisions its decision log refused to store (never "
+        "dropped silently); the readiness answer and allot_admission_decisions_unlogged_total count them."
+    ),
+    shown="ALLOT_VAR_DIR/admission-unlogged.jsonl",
+)
 ALLOT_ADMISSION_LOG_LINES = env_str(
     "ALLOT_ADMISSION_LOG_LINES",
     "denied",
