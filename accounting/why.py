@@ -1,17 +1,21 @@
 """``kubectl allot why job/NAME`` and ``allot-why JOBID``: why a job waits and what would make it run, where
-researchers submit (issue #44.5). Installed with the package as ``kubectl-allot`` (kubectl finds plugins on
-PATH by that name) and ``allot-why`` (for Slurm jobs: ``GET /api/v1/waiting/<cluster>/<jobid>/``).
+researchers submit. Installed with the package as ``kubectl-allot`` (kubectl finds plugins on PATH by that name)
+and ``allot-why`` (for Slurm jobs: ``GET /api/v1/waiting/<cluster>/<jobid>/``).
 
 Stdlib only: it asks Allot's API (``GET /api/v1/waiting/<cluster>/<namespace>/<kind/name>/``) with the
 reader's own token, so it shows what the reader may read. Configuration: ``ALLOT_URL`` (e.g.
 https://allot.example.org), ``ALLOT_TOKEN`` (an API token: the portal's profile page), ``ALLOT_CLUSTER`` (the
-cluster's name in Allot); the namespace is ``-n``, else the kubeconfig context's, else ``default``."""
+cluster's name in Allot); the namespace is ``-n``, else the kubeconfig context's, else ``default``. The token is
+sent over plain ``http://`` only to this machine (loopback) unless ``--allow-http`` says so; what the answer
+holds that a cluster wrote (job names, the scheduler's words) is printed without its control characters."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -20,8 +24,41 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-USAGE = "kubectl allot why job/NAME [-n NAMESPACE] [--cluster NAME] [--json]"
-SLURM_USAGE = "allot-why JOBID [--cluster NAME] [--json]"
+USAGE = "kubectl allot why job/NAME [-n NAMESPACE] [--cluster NAME] [--json] [--allow-http]"
+SLURM_USAGE = "allot-why JOBID [--cluster NAME] [--json] [--allow-http]"
+ENVIRONMENT = """environment:
+  ALLOT_URL      Allot's address, e.g. https://allot.example.org
+  ALLOT_TOKEN    your API token (the portal's profile page); sent only over https://, or http:// to this machine
+  ALLOT_CLUSTER  the cluster's name in Allot (or --cluster)"""
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Every control character but the line break (terminal escapes, carriage returns, bidirectional overrides)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the line break removed: an answer holds what a cluster wrote
+    (a job's name, the scheduler's message), and an escape sequence in it must not reach the terminal."""
+    return _CONTROL.sub("", text)
+
+
+def plain_http_refused(base: str) -> str | None:
+    """Why the token may not go to ``base`` as it is: plain http:// to another machine (anyone on the path could
+    read the token); None for https:// and for http:// to loopback."""
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme == "https":
+        return None
+    if parts.scheme != "http":
+        return f"ALLOT_URL={base!r} is not an http(s):// address"
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"ALLOT_URL is plain http:// to {host}: ALLOT_TOKEN would cross the network readable by anyone on the path; "
+        "use https://, or --allow-http if you accept that"
+    )
 
 
 def _namespace() -> str:
@@ -81,42 +118,59 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _parser(prog: str, usage: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        usage=usage,
+        description=description,
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", ""), help="the cluster's name in Allot")
+    parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    parser.add_argument(
+        "--allow-http", action="store_true", help="send the token over plain http:// to another machine all the same"
+    )
+    return parser
+
+
 def kubectl_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kubectl allot", usage=USAGE, description=__doc__.split("\n\n")[0])
+    parser = _parser("kubectl allot", USAGE, "Why a Kubernetes workload waits, and what would make it run.")
     parser.add_argument("verb", choices=["why"], help="why: explain a waiting workload")
     parser.add_argument("target", help="job/NAME (or jobset/, pytorchjob/, rayjob/), or a Workload's name")
-    parser.add_argument("-n", "--namespace", default=None)
-    parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", ""))
-    parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    parser.add_argument("-n", "--namespace", default=None, help="its namespace (default: the kubeconfig context's)")
     args = parser.parse_args(argv)
-    return _ask(args.cluster, args.json, USAGE, lambda: (args.namespace or _namespace(), args.target))
+    parts = lambda: (args.namespace or _namespace(), args.target)
+    return _ask(args.cluster, args.json, args.allow_http, USAGE, parts)
 
 
 def slurm_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="allot-why", usage=SLURM_USAGE, description="Why a Slurm job waits.")
+    parser = _parser("allot-why", SLURM_USAGE, "Why a Slurm job waits, and what would make it run.")
     parser.add_argument("job", help="the job id, as sbatch printed it")
-    parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", ""))
-    parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
     args = parser.parse_args(argv)
-    return _ask(args.cluster, args.json, SLURM_USAGE, lambda: (args.job,))
+    return _ask(args.cluster, args.json, args.allow_http, SLURM_USAGE, lambda: (args.job,))
 
 
-def _ask(cluster: str, as_json: bool, usage: str, parts: Callable[[], tuple[str, ...]]) -> int:
+def _ask(cluster: str, as_json: bool, allow_http: bool, usage: str, parts: Callable[[], tuple[str, ...]]) -> int:
     base, token = os.environ.get("ALLOT_URL", ""), os.environ.get("ALLOT_TOKEN", "")
     missing = [n for n, v in (("ALLOT_URL", base), ("ALLOT_TOKEN", token), ("ALLOT_CLUSTER", cluster)) if not v]
     if missing:
         print(f"set {', '.join(missing)} (ALLOT_CLUSTER may be --cluster): {usage}", file=sys.stderr)
         return 2
+    refused = plain_http_refused(base)
+    if refused and not (allow_http and base.startswith("http://")):
+        print(refused, file=sys.stderr)
+        return 2
     try:
         data = fetch(base, token, cluster, *parts())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
-        print(f"Allot answered {exc.code}: {detail}", file=sys.stderr)
+        print(f"Allot answered {exc.code}: {printable(detail)}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
-        print(f"Allot at {base} could not be reached: {exc}", file=sys.stderr)
+        print(f"Allot at {printable(base)} could not be reached: {printable(str(exc))}", file=sys.stderr)
         return 1
-    print(json.dumps(data, indent=2, default=str) if as_json else render(data))
+    print(json.dumps(data, indent=2, default=str) if as_json else printable(render(data)))
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +21,19 @@ from django.core.handlers.wsgi import WSGIRequest
 from django.urls import Resolver404, resolve
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view, permission_classes
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from quotas.errors import control_character
+
+BATCH_MAX = 20
+"""Messages in one batch at most: each tool call is an API request, and a batch holds one worker thread."""
+BATCH_SECONDS = 10.0
+"""A batch stops taking calls after this long (well inside gunicorn's timeout); the calls left are answered with
+an error saying to send them again."""
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
 """The MCP revisions this server speaks, newest first: it answers a client in its own, else the newest."""
 KEPT = ("HTTP_", "SERVER_", "REMOTE_")
@@ -127,7 +136,14 @@ def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
 
 
 def _call(request: Request, tool: Tool, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The tool's API GET, inside this request, as its caller."""
+    """The tool's API GET, inside this request, as its caller. Its arguments pass the API's input rule first
+    (the inner GET does not go through the middleware): no control character, a NUL byte included."""
+    if not isinstance(args, Mapping):
+        raise ValueError(f"{tool.name}: arguments must be an object, got {type(args).__name__}")
+    for name, value in args.items():
+        bad = control_character(value) if isinstance(value, str) else None
+        if bad:
+            raise ValueError(f"{tool.name}: argument {name} contains the control character {bad}: remove it")
     missing = [n for n in tool.required if not isinstance(args.get(n), str) or not args.get(n)]
     unknown = sorted(set(args) - set(tool.properties))
     if missing or unknown or any(not isinstance(v, str) for v in args.values()):
@@ -159,9 +175,15 @@ def _call(request: Request, tool: Tool, args: Mapping[str, Any]) -> dict[str, An
 def _handle(request: Request, message: Any) -> dict[str, Any] | None:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
         return _error(message.get("id") if isinstance(message, dict) else None, -32600, "not a JSON-RPC 2.0 request")
-    ident, method, params = message.get("id"), message["method"], message.get("params") or {}
+    ident, method, params = message.get("id"), message["method"], message.get("params")
     if "id" not in message:  # a notification (notifications/initialized…): nothing to answer
         return None
+    if ident is not None and not isinstance(ident, (str, int)):
+        return _error(None, -32600, "id must be a string or a number")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return _error(ident, -32602, f"params must be an object, got {type(params).__name__}")
     if method == "initialize":
         asked = params.get("protocolVersion")
         version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
@@ -201,13 +223,29 @@ def _handle(request: Request, message: Any) -> dict[str, Any] | None:
     summary="MCP (Streamable HTTP): the API's answers as read-only tools for assistants",
 )
 @api_view(["POST"])
+@authentication_classes([TokenAuthentication, SessionAuthentication])  # a token first: 401 with a challenge
 @permission_classes([IsAuthenticated])
 def mcp_view(request: Request) -> Response:
-    """One JSON-RPC 2.0 message or a batch: initialize, ping, tools/list, tools/call (explain_workload,
-    explain_slurm_job, unit_waiting, reclaim_slo, showback, plan)."""
+    """One JSON-RPC 2.0 message or a batch (at most 20, answered within about 10 s; the calls left are answered
+    with an error to send them again): initialize, ping, tools/list, tools/call (explain_workload,
+    explain_slurm_job, unit_waiting, reclaim_slo, showback, plan). Without credentials: 401 (Token)."""
     body = request.data
     if isinstance(body, list):
-        answers = [a for a in (_handle(request, m) for m in body) if a is not None]
+        if not body:
+            return Response(_error(None, -32600, "an empty batch"))
+        if len(body) > BATCH_MAX:
+            return Response(_error(None, -32600, f"a batch of {len(body)}: send at most {BATCH_MAX} at once"))
+        answers, started = [], time.monotonic()
+        for message in body:
+            if time.monotonic() - started > BATCH_SECONDS:
+                ident = message.get("id") if isinstance(message, dict) else None
+                if isinstance(message, dict) and "id" in message:
+                    late = f"not answered: the batch took over {BATCH_SECONDS:.0f} s; send it again"
+                    answers.append(_error(ident, -32000, late))
+                continue
+            answer = _handle(request, message)
+            if answer is not None:
+                answers.append(answer)
         return Response(answers) if answers else Response(status=202)
     answer = _handle(request, body)
     return Response(answer) if answer is not None else Response(status=202)
