@@ -75,7 +75,8 @@ def _shares(policy: AdmissionPolicy) -> str:
 def _decide(policy: AdmissionPolicy, request: Mapping[str, Any], mutate: bool) -> Decision:
     operation = request.get("operation")
     if operation not in OPERATIONS:
-        return _deny(Reason.MALFORMED, f"request.operation is {operation or 'missing'!r}: expected one of {', '.join(OPERATIONS)}")
+        said = repr(operation) if operation else "missing"
+        return _deny(Reason.MALFORMED, f"request.operation is {said}: expected one of {', '.join(OPERATIONS)}")
     if operation in ("DELETE", "CONNECT"):
         return Decision(True, Reason.NOT_CHECKED)
     kind_info = request.get("kind")

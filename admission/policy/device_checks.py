@@ -96,7 +96,10 @@ def _placed(r: Review, podset: PodSet, held: dict[str, int]) -> tuple[Decision |
     fitting = fitting_flavors(r, podset)
     if fitting == ():  # whatever it asks for, GPUs or none: no node of any flavor satisfies the pin
         return _unknown_pin(r, podset), None
-    counted, everywhere = r.policy.counted, tuple(f.name for f in r.policy.flavors)
+    policy = r.policy
+    if fitting is None and policy.whole_flavors is None and all(policy.counted[n] is None for n in held):
+        return None, None  # the usual case: whole GPUs, unpinned, every flavor whole (none shared): any flavor
+    counted, everywhere = policy.counted, tuple(f.name for f in policy.flavors)
     grouped = [n for n in held if counted[n] is None or n in r.policy.weights]
     candidates = set(everywhere if fitting is None else fitting)
     for name in held:

@@ -167,6 +167,16 @@ class AdmissionPolicy:
     def offering(self, resource: str) -> tuple[str, ...]:
         """The flavors that offer ``resource``: a mapped accelerator its flavor, a slice the shared flavors
         that have it, whole GPUs the whole flavors (every flavor where none is shared)."""
+        found = self._offers.get(resource)
+        if found is None:
+            found = self._offers[resource] = self._offering(resource)
+        return found
+
+    @cached_property
+    def _offers(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def _offering(self, resource: str) -> tuple[str, ...]:
         mapped = self.accelerators.get(resource)
         if mapped is not None:
             return (mapped,)
