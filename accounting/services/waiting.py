@@ -34,7 +34,16 @@ from quotas.selectors import org_snapshot
 
 WAITING_STATES = (EndState.PENDING.value, EndState.REQUEUED.value, EndState.PREEMPTED.value)
 """A Workload that waits for quota: never admitted, requeued, or preempted and waiting again."""
-KINDS = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "rayjob": "RayJob", "raycluster": "RayCluster"}
+KINDS = {
+    "job": "Job",
+    "jobset": "JobSet",
+    "pytorchjob": "PyTorchJob",
+    "mpijob": "MPIJob",
+    "tfjob": "TFJob",
+    "leaderworkerset": "LeaderWorkerSet",
+    "rayjob": "RayJob",
+    "raycluster": "RayCluster",
+}
 
 
 @dataclass(frozen=True, kw_only=True)

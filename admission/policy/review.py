@@ -87,9 +87,11 @@ RUNTIME_FIELDS = {
     "Job": "spec.activeDeadlineSeconds",
     "RayJob": "spec.activeDeadlineSeconds",
     "PyTorchJob": "spec.runPolicy.activeDeadlineSeconds",
+    "MPIJob": "spec.runPolicy.activeDeadlineSeconds",
+    "TFJob": "spec.runPolicy.activeDeadlineSeconds",
     "Workload": "spec.maximumExecutionTimeSeconds",
 }
-"""Where each kind carries its own runtime limit (JobSet has none: the label only)."""
+"""Where each kind carries its own runtime limit (JobSet and LeaderWorkerSet have none: the label only)."""
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """What a workload asks for: its pod templates, how many pods each may run at once, where they may land.
 
-Kinds: core/v1 Pod, batch/v1 Job, JobSet, Kubeflow PyTorchJob, RayJob, RayCluster and Kueue Workload. Each pod
+Kinds: core/v1 Pod, batch/v1 Job, JobSet, Kubeflow PyTorchJob, MPIJob and TFJob, RayJob, RayCluster,
+LeaderWorkerSet and Kueue Workload (each one Kueue makes Workloads for, so that the Workload Kueue creates is
+judged as part of a job Allot already judged, whose labels the mutating webhook could complete). Each pod
 set carries the JSON pointer of its pod template, so the mutating webhook can patch it. Counts are
 the most the workload may ever hold at once: a Job runs min(parallelism, completions) pods, a Ray
 worker group replicas × numOfHosts (up to maxReplicas when it autoscales), an elastic PyTorchJob up
@@ -23,6 +25,9 @@ KINDS = {
     ("batch", "Job"),
     ("jobset.x-k8s.io", "JobSet"),
     ("kubeflow.org", "PyTorchJob"),
+    ("kubeflow.org", "MPIJob"),
+    ("kubeflow.org", "TFJob"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
     ("ray.io", "RayJob"),
     ("ray.io", "RayCluster"),  # judged too, so the chain RayJob → RayCluster → Pods is judged once, at the RayJob
     ("kueue.x-k8s.io", "Workload"),
@@ -234,6 +239,13 @@ def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]
                 count = max(count, _count(elastic_max))
             template = _at(rs, kind, "template.spec", f"spec.pytorchReplicaSpecs.{role}")
             yield PodSet(role, count, template, f"/spec/pytorchReplicaSpecs/{role}/template/spec")
+    elif kind in REPLICA_SPECS:
+        field = REPLICA_SPECS[kind]
+        for role, rs in sorted(_at(obj, kind, f"spec.{field}").items()):
+            template = _at(rs, kind, "template.spec", f"spec.{field}.{role}")
+            yield PodSet(role, _count(rs.get("replicas")), template, f"/spec/{field}/{role}/template/spec")
+    elif kind == "LeaderWorkerSet":
+        yield from _lws_pod_sets(obj)
     elif kind == "RayJob":
         yield from _ray_job_pod_sets(obj)
     elif kind == "RayCluster":
@@ -244,6 +256,29 @@ def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]
             yield PodSet(ps.get("name", str(i)), _count(ps.get("count")), template, _ps(i))
     else:
         raise WorkloadError(f"{group or 'core'}/{kind} is not a workload kind Allot checks")
+
+
+REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "TFJob": "tfReplicaSpecs"}
+"""Kubeflow jobs whose roles (Launcher and Worker; Chief, PS, Worker, Evaluator) each run ``replicas`` pods."""
+
+
+def _lws_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:
+    """A LeaderWorkerSet's ``replicas`` groups, each a leader and ``size - 1`` workers, all running at once (Kueue
+    admits each group as a Workload of its own; the unit holds them together). The leader's template defaults to
+    the workers'."""
+    spec = _at(obj, "LeaderWorkerSet", "spec")
+    groups = _count(spec.get("replicas"))
+    lwt = _at(spec, "LeaderWorkerSet", "leaderWorkerTemplate", "spec")
+    size = _count(lwt.get("size"))
+    worker = _at(lwt, "LeaderWorkerSet", "workerTemplate.spec", "spec.leaderWorkerTemplate")
+    pointer = "/spec/leaderWorkerTemplate"
+    if lwt.get("leaderTemplate") is not None:
+        leader = _at(lwt, "LeaderWorkerSet", "leaderTemplate.spec", "spec.leaderWorkerTemplate")
+        yield PodSet("leader", groups, leader, f"{pointer}/leaderTemplate/spec")
+        if size > 1:
+            yield PodSet("workers", groups * (size - 1), worker, f"{pointer}/workerTemplate/spec")
+    else:
+        yield PodSet("workers", groups * size, worker, f"{pointer}/workerTemplate/spec")
 
 
 def _ps(i: int) -> str:

@@ -124,6 +124,9 @@ OWNER_PLURALS = {
     "Job": "jobs",
     "JobSet": "jobsets",
     "PyTorchJob": "pytorchjobs",
+    "MPIJob": "mpijobs",
+    "TFJob": "tfjobs",
+    "LeaderWorkerSet": "leaderworkersets",
     "RayJob": "rayjobs",
     "RayCluster": "rayclusters",
 }

@@ -23,7 +23,10 @@ def test_failure_policies_timeouts_and_exemptions():
         # opt-in: only namespaces the sync labels (bound to a team) are sent; the cluster's own never are
         assert hook["namespaceSelector"] == {"matchLabels": {"allot.dev/governed": "true"}}
         resources = {name for r in hook["rules"] for name in r["resources"]}
-        assert resources == {"pods", "jobs", "jobsets", "pytorchjobs", "rayjobs", "rayclusters", "workloads"}
+        assert resources == {
+            "pods", "jobs", "jobsets", "pytorchjobs", "mpijobs", "tfjobs", "leaderworkersets", "rayjobs", "rayclusters",
+            "workloads",
+        }  # fmt: skip
     assert validate["clientConfig"]["service"]["path"] == "/admission/k8s/validate"
     assert mutate["clientConfig"]["service"]["path"] == "/admission/k8s/mutate"
     assert validate["namespaceSelector"] == mutate["namespaceSelector"] and validate["rules"] == mutate["rules"]
