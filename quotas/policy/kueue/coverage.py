@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..coverage import CoverageLine, How
 from ..durations import format_duration
+from ..quantity import parse_decimal_quantity
+from ..sharing import EQUIVALENTS, GPU, MICRO
 from ..snapshot import OrgSnapshot
+from .target import ANNOTATION_UNIT
 
 __all__ = ["CoverageLine", "How", "kueue_coverage"]
 
@@ -58,10 +62,56 @@ def _sharing_lines(sharing: str) -> list[CoverageLine]:
     return lines
 
 
+OWN_WORK = (
+    "its own ClusterQueue's nominalQuota is this part of its guarantee, the part its children do not hold: its own "
+    "work there is never a reclaim's victim (Kueue preempts only queues above their nominal quota); beyond it, it "
+    "borrows its children's idle guarantees, which a reclaim may take back — work run in a child's queue keeps "
+    "that child's guarantee"
+)
+
+
+def own_work_lines(objects: Iterable[Mapping[str, Any]]) -> list[CoverageLine]:
+    """For each unit with children that runs work of its own (a ClusterQueue named like its Cohort), per flavor:
+    which part of its guarantee Kueue protects there (the queue's nominal quota) and up to what it borrows."""
+    cohorts = {o["metadata"]["name"] for o in objects if o.get("kind") == "Cohort"}
+    lines = []
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        if obj.get("kind") != "ClusterQueue" or name not in cohorts:
+            continue
+        path = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_UNIT, name)
+        for group in obj["spec"].get("resourceGroups") or ():
+            for flavor in group.get("flavors") or ():
+                for entry in flavor.get("resources") or ():
+                    if entry["name"] not in (GPU, EQUIVALENTS):
+                        continue
+                    scale = MICRO if entry["name"] == EQUIVALENTS else 1
+                    nominal = parse_decimal_quantity(str(entry.get("nominalQuota", 0))) / scale
+                    borrowing = parse_decimal_quantity(str(entry.get("borrowingLimit", 0))) / scale
+                    if not nominal and not borrowing:
+                        continue
+                    unit = "GPU-equivalents" if scale != 1 else "GPUs"
+                    lines.append(
+                        CoverageLine(
+                            f"unit {path}",
+                            f"own work on {flavor['name']}",
+                            f"{nominal:g} {unit} protected, up to {nominal + borrowing:g} with borrowing",
+                            How.KUEUE,
+                            OWN_WORK,
+                        )
+                    )
+    return lines
+
+
 def kueue_coverage(
-    snapshot: OrgSnapshot, *, sharing: str = "classic", shared: Sequence[str] = ()
+    snapshot: OrgSnapshot,
+    *,
+    sharing: str = "classic",
+    shared: Sequence[str] = (),
+    objects: Iterable[Mapping[str, Any]] = (),
 ) -> list[CoverageLine]:
-    """``shared``: the names of the cluster's shared flavors (MIG, MPS, time-slicing)."""
+    """``shared``: the names of the cluster's shared flavors (MIG, MPS, time-slicing); ``objects``: the cluster's
+    compiled objects, for what each unit with children and work of its own has protected there."""
     lines = [
         CoverageLine(
             "quota",
@@ -79,6 +129,7 @@ def kueue_coverage(
         ),
         CoverageLine("quota", "lendable", "per unit, flavor, resource", How.KUEUE, "lendingLimit"),
         *_sharing_lines(sharing),
+        *own_work_lines(list(objects)),
         CoverageLine(
             "quota",
             "namespace binding",

@@ -8,7 +8,8 @@ Allot without retyping its quotas.
   adds) plus its children's guarantees. ``borrowingLimit`` → burst; absent means unlimited, imported
   as "up to the parent's ceiling". ``lendingLimit`` → lendable; absent means all of the guarantee.
 * A ClusterQueue named like its Cohort is that unit's own queue (how Allot compiles a team whose
-  projects have caps): its namespaces go to the unit, it adds no quota.
+  projects have caps): its namespaces go to the unit, and its nominal quota (the unit's residual guarantee,
+  as Allot compiles it; 0 as Allot compiled it before) adds to the unit's guarantee like the Cohort's own.
 * LocalQueues bind their namespace to the unit of their ClusterQueue.
 * Names that are not Allot's dotted paths are kept (``kueue_name``, ``local_queue``) so that
   compiling the imported tree gives the same objects back.
@@ -219,8 +220,13 @@ def _queue_units(plan: ImportPlan, cohorts: Mapping[str, Any], queues: Mapping[s
     for name in sorted(queues):
         spec = queues[name].get("spec") or {}
         cohort = spec.get("cohortName")
-        if name in plan.units:  # a cohort unit's own queue
+        if name in plan.units:  # a cohort unit's own queue: the residual guarantee it holds is the unit's
             plan.units[name].contract = _contract(plan, spec)
+            own = ImportedUnit(name, UnitKind.TEAM, None, "")
+            _read_groups(own, spec, cohort=False)
+            for key, (nominal, _, _) in own.quotas.items():
+                if nominal:
+                    plan.units[name].quotas.setdefault(key, [0, -1, -1])[0] += nominal
             continue
         if not cohort:
             plan.notes.append(f"ClusterQueue {name} has no cohort: imported as its own organisation")

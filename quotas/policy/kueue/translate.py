@@ -10,8 +10,12 @@ Mapping (DESIGN.md, "Compiling to Kueue"):
   and ``lendingLimit`` = lendable cap the subtree (not on the root, which has no parent);
 * any other team or project → ``ClusterQueue`` (``nominalQuota`` = guarantee, ``borrowingLimit`` =
   burst, ``lendingLimit`` = lendable), collecting the namespaces of its uncapped descendants. A
-  Cohort unit with namespaces of its own also gets a ClusterQueue of the same name with nominal 0
-  that borrows from its Cohort's residual;
+  Cohort unit with namespaces of its own also gets a ClusterQueue of the same name, which holds the
+  unit's residual guarantee as its ``nominalQuota`` (the Cohort then holds none): Kueue preempts for a
+  reclaim only workloads of queues above their nominal quota, so the unit's own work inside the part of its
+  guarantee its children do not hold is protected like any guarantee (with nominal 0 it was the first
+  victim of every reclaim in its cohort, seen on a real Kueue); beyond that it borrows — its children's idle
+  guarantees first of all — up to the unit's ceiling (``borrowingLimit`` = ceiling − residual), and says so;
 * bound namespace → ``LocalQueue`` (same name as its ClusterQueue);
 * tier → ``WorkloadPriorityClass`` ``allot-p0`` … (larger value wins);
 * a shared flavor (MIG slices, MPS or time-sliced shares: quotas.policy.sharing) → its GPU quota in millionths
@@ -182,9 +186,9 @@ class _Compiler:
             if len(name) > MAX_NAME:
                 raise CompileError(f"{self.s.units[uid].path}: the Kueue name {name[:40]}… is longer than {MAX_NAME}")
             if self.is_cohort(uid):
-                cohorts.append(self.cohort(uid, name, parent))
-                pending.extend((c, name) for c in self.children(uid))
                 namespaces = self.namespaces_of(uid)
+                cohorts.append(self.cohort(uid, name, parent, own_queue=bool(namespaces)))
+                pending.extend((c, name) for c in self.children(uid))
                 if namespaces:
                     queues.append(self.cluster_queue(uid, name, name, namespaces, own_quota=False))
             else:
@@ -249,7 +253,7 @@ class _Compiler:
             for name in self.covered:
                 resource = self.counted(flavor, name)
                 quota = self.s.quota(uid, flavor.key, resource) if resource else ZERO
-                if resource is None:
+                if resource is None or nominal == "none":
                     value = 0
                 else:
                     value = quota.guarantee if nominal == "own" else self.residual(uid, flavor.key, resource)
@@ -284,12 +288,15 @@ class _Compiler:
         own = self.s.quota(uid, flavor, resource).guarantee
         return max(0, own - sum(self.s.quota(c, flavor, resource).guarantee for c in self.children(uid)))
 
-    def cohort(self, uid: int, name: str, parent: str | None) -> Object:
+    def cohort(self, uid: int, name: str, parent: str | None, *, own_queue: bool = False) -> Object:
+        """The unit's Cohort. Its residual guarantee (beyond its children's) is its own nominal quota — or, when
+        the unit has a queue of its own (``own_queue``), that queue's, so its own work inside it is not borrowing
+        in Kueue's eyes and no reclaim takes it (a Cohort's nominal quota is capacity any member may use)."""
         unit = self.s.units[uid]
         spec: dict[str, Any] = {"fairSharing": {"weight": self.weight(uid)}}
         if parent is not None:
             spec["parentName"] = parent
-        groups = self.resource_groups(uid, nominal="residual", limits=False)
+        groups = self.resource_groups(uid, nominal="none" if own_queue else "residual", limits=False)
         if parent is not None:
             for group in groups:
                 for flavor in group["flavors"]:
@@ -329,22 +336,28 @@ class _Compiler:
         spec["preemption"] = _preemption(self.s.effective_contract(uid))
         if own_quota:
             groups = self.resource_groups(uid, nominal="own", limits=cohort is not None)
-        else:  # a cohort unit's own queue: nothing of its own, borrows up to the unit's ceiling
-            groups = self.resource_groups(uid, nominal="own", limits=True)
+        else:
+            # a cohort unit's own queue: its residual guarantee (beyond its children's) as its nominal quota, so
+            # work inside it is the unit's own and never a reclaim's victim (Kueue preempts only workloads of
+            # queues above their nominal quota); beyond it, it borrows its children's idle guarantees and what
+            # the cohort may borrow, up to the unit's ceiling. It lends all of it (its Cohort's lendingLimit caps
+            # what leaves the subtree).
+            groups = self.resource_groups(uid, nominal="residual", limits=True)
             for group in groups:
                 for flavor in group["flavors"]:
                     for entry in flavor["resources"]:
                         kf = _flavor(self.flavors, flavor["name"])
                         resource = self.counted(kf, entry["name"])
                         quota = self.s.quota(uid, kf.key, resource) if resource else ZERO
+                        residual = self.residual(uid, kf.key, resource) if resource else 0
                         ceiling = (
                             quota.guarantee + self.borrowing(uid, kf.key, resource, quota.burst) if resource else 0
                         )
                         entry.update(
-                            nominalQuota="0",
-                            borrowingLimit=amount(entry["name"], ceiling),
-                            lendingLimit="0",
+                            nominalQuota=amount(entry["name"], residual),
+                            borrowingLimit=amount(entry["name"], max(0, ceiling - residual)),
                         )
+                        entry.pop("lendingLimit", None)
         if groups:
             spec["resourceGroups"] = groups
         meta = self.meta(name, unit.path, uid=uid)

@@ -143,17 +143,18 @@ def test_team_with_capped_projects_is_a_cohort_with_a_queue_for_the_rest():
     queues = by_name(objects, "ClusterQueue")
     assert queues["acme.ml.vision.det"]["spec"]["cohortName"] == "acme.ml.vision"
     assert "namespaceSelector" not in queues["acme.ml.vision.det"]["spec"]  # null selector: no namespace
-    # seg has no cap: its namespace goes to vision's own queue, which borrows up to vision's ceiling
+    # seg has no cap: its namespace goes to vision's own queue, which holds vision's residual guarantee
+    # (20 − det's 12 = 8) as its own — work inside it is not borrowing, so no reclaim takes it — and borrows
+    # beyond it up to vision's ceiling of 30
     rest = queues["acme.ml.vision"]["spec"]
     assert rest["cohortName"] == "acme.ml.vision"
     assert rest["namespaceSelector"]["matchExpressions"][0]["values"] == ["seg"]
     assert resources(queues["acme.ml.vision"], "a100")["nvidia.com/gpu"] == {
-        "nominalQuota": "0",
-        "borrowingLimit": "30",
-        "lendingLimit": "0",
+        "nominalQuota": "8",
+        "borrowingLimit": "22",
     }
-    # vision's cohort keeps 20 − 12 = 8 as the team's shared pool
-    assert resources(by_name(objects, "Cohort")["acme.ml.vision"], "a100")["nvidia.com/gpu"]["nominalQuota"] == "8"
+    # vision's cohort adds nothing of its own: the residual is its own queue's
+    assert resources(by_name(objects, "Cohort")["acme.ml.vision"], "a100")["nvidia.com/gpu"]["nominalQuota"] == "0"
 
 
 def test_local_queues_and_priority_classes():
@@ -196,3 +197,17 @@ def test_output_is_byte_identical_for_the_same_snapshot():
     )
     assert render_yaml(compile_kueue(shuffled, target2)) == first
     assert render_yaml(compile_kueue(snapshot, target)) == first
+
+
+def test_the_coverage_report_says_which_part_of_a_parents_guarantee_kueue_protects():
+    from quotas.policy.kueue.coverage import kueue_coverage
+
+    snapshot, target = tree()
+    lines = {
+        (line.subject, line.term): line
+        for line in kueue_coverage(snapshot, objects=compile_kueue(snapshot, target))
+        if line.subject.startswith("unit ")
+    }
+    vision = lines[("unit acme/ml/vision", "own work on a100")]
+    assert vision.value == "8 GPUs protected, up to 30 with borrowing"  # 20 − det's 12; vision's ceiling 30
+    assert "never a reclaim's victim" in vision.mechanism and "a reclaim may take back" in vision.mechanism
