@@ -175,7 +175,8 @@ def test_time_sliced_shares_and_whole_gpus_on_a_shared_flavor(kube_plane):
         # Kueue would never admit them there (the flavor's nvidia.com/gpu quota is 0)
         whole = slice_job("whole", {"nvidia.com/gpu": 1}, selector={"gpu": "h100-mig"})
         allowed, decision = webhook_allows(policy, whole)
-        assert not allowed and decision.reason is Reason.PROFILE_NOT_OFFERED, decision
+        assert not allowed and decision.reason is Reason.PIN_MISMATCH, decision  # the pin, not the profile
+        assert "pin a flavor that offers it instead: a100 (gpu=a100)" in decision.message
         kube_plane.apply_manifest(whole)
         wait_for("whole GPUs never admitted on the MIG flavor", lambda: pending_for_quota(kube_plane, ns, "whole"))
     finally:
