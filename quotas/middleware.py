@@ -1,7 +1,8 @@
 """The input rule every route shares before any view runs: no NUL byte in the path or the query string.
 PostgreSQL cannot store or compare a string holding one ("A string literal cannot contain NUL
 (0x00) characters"), so a ``?within=%00`` reached the database and answered 500 on 13 URLs any signed-in user
-could open. Refused here with 400 and what to do, as JSON under ``/api/`` and as text elsewhere. Bodies are
+could open. Refused here with 400 and what to do, as JSON under ``/api/`` and as text elsewhere; so is an API body
+larger than DATA_UPLOAD_MAX_MEMORY_SIZE (Django refuses it anyway, with an HTML page naming nothing). Bodies are
 the forms' and serializers' to check, beside the field and keeping what was typed (``quotas.errors.clean_text``
 refuses every control character; DRF's text fields refuse NUL)."""
 
@@ -24,11 +25,28 @@ def _nul(request: HttpRequest) -> str | None:
     return None
 
 
+def _too_large(request: HttpRequest) -> str | None:
+    """Why a body Django would refuse (DATA_UPLOAD_MAX_MEMORY_SIZE) is refused, in words; None when it is not."""
+    from django.conf import settings
+
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return "the Content-Length header is not a number"
+    if limit is not None and length > limit and not request.content_type.startswith("multipart/"):
+        return f"the body is larger than {limit} bytes: send less at once"
+    return None
+
+
 class InputRuleMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        too_large = _too_large(request)
+        if too_large and request.path.startswith("/api/"):  # said as JSON, before anything reads the body
+            return JsonResponse({"detail": too_large}, status=400)
         where = _nul(request)
         if where is None:
             return self.get_response(request)

@@ -136,3 +136,10 @@ def test_the_cli_refuses_plain_http_unless_told_and_its_help_names_the_environme
         why.kubectl_main(["--help"])
     shown = capsys.readouterr().out
     assert "ALLOT_URL" in shown and "ALLOT_TOKEN" in shown and "issue" not in shown and "``" not in shown
+
+
+def test_a_body_over_the_upload_limit_is_a_400_read_no_further(demo, client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    client.force_login(User.objects.get(username="admin"))
+    answer = client.post("/api/v1/units/", json.dumps({"reason": "x" * 20_000}), content_type="application/json")
+    assert answer.status_code == 400 and "larger than 10000 bytes" in answer.json()["detail"]
