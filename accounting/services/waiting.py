@@ -23,7 +23,7 @@ from accounting.models import FragmentationSample, SourceKind, SourceRun, Worklo
 from accounting.policy.estimate import Band, Calibration, PastJob, calibrate, wait_band
 from accounting.policy.kueue_ask import ask_from_json
 from accounting.policy.sacct import EndState
-from accounting.policy.waiting import Explanation, Holding, LiveView, Pending, WayOut, explain
+from accounting.policy.waiting import Cause, Explanation, Holding, LiveView, Pending, WayOut, explain
 from accounting.services.kueue_queues import cached_queue
 from quotas.models import Cluster, ResourceFlavor
 from quotas.policy.invariants import check_quota_edits
@@ -178,6 +178,8 @@ def explain_record(
         )
     now = timezone.now()
     explanation = explain(snapshot, view, target, now=now)
+    if record.state not in WAITING_STATES:  # admitted or ended: it waits for nothing, and says what it is
+        explanation = replace(explanation, causes=(_not_waiting(record),), ways_out=(), room={})
     checked = tuple((w, way_blocked_by(snapshot, record.unit_id, w)) for w in explanation.ways_out)
     age = (now - view.observed_at).total_seconds() if view.observed_at else None
     waited = (now - record.submitted_at).total_seconds() if record.submitted_at else 0.0
@@ -193,6 +195,18 @@ def explain_record(
         calibration=calibration(record.cluster),
         queue_says=_queue_says(record),
     )
+
+
+def _not_waiting(record: WorkloadRecord) -> Cause:
+    """What a workload that is not waiting is: admitted (and where, since when), or how it ended."""
+    where = f" on {record.flavor_name}" if record.flavor_name else ""
+    if record.state == EndState.RUNNING.value:
+        since = f" since {record.admitted_at:%Y-%m-%d %H:%M} UTC" if record.admitted_at else ""
+        title = f"admitted{where}{since}: it is running, not waiting"
+    else:
+        ended = f" at {record.ended_at:%Y-%m-%d %H:%M} UTC" if record.ended_at else ""
+        title = f"it is not waiting: it {record.state}{ended}"
+    return Cause("not-waiting", title, (), 100)
 
 
 def _queue_says(record: WorkloadRecord) -> str:

@@ -74,6 +74,16 @@ def test_under_lead_visibility_the_owner_and_the_units_lead_read_it_and_another_
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_admitted_workload_says_it_is_running_not_why_it_waits(demo, admin_client):
+    _, flavor = records(demo)
+    body = admin_client.get("/api/v1/waiting/k8s-west/speech/job-first-1/").json()  # the Workload's own name
+    [cause] = body["causes"]
+    assert cause["code"] == "not-waiting"
+    assert cause["title"].startswith(f"admitted on {flavor.name} since ")
+    assert cause["title"].endswith("it is running, not waiting")
+    assert body["ways_out"] == [] and body["state"] == "running"
+
+
 def test_kubectl_allot_why_asks_the_api_with_the_readers_token_and_prints_causes_and_ways_out(demo, live_server):
     """The plugin as installed (``kubectl-allot`` on PATH), against a running server, as erin."""
     import shutil
