@@ -5,7 +5,7 @@ work, oldest first). The reader's rule: accounting.selectors.visibility.work_rul
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -22,7 +22,14 @@ from accounting.policy.estimate import HIGH, LOW, MIN_BASIS, Band, Calibration
 from accounting.policy.waiting import Explanation, WayOut
 from accounting.selectors.visibility import may_read_job, work_rule
 from accounting.services.slurm_waiting import SlurmAnswer, explain_slurm_job, unit_waiting_slurm
-from accounting.services.waiting import HISTORY_DAYS, Answer, explain_record, find_waiting, unit_waiting
+from accounting.services.waiting import (
+    HISTORY_DAYS,
+    Answer,
+    explain_record,
+    find_waiting,
+    observed_at,
+    unit_waiting,
+)
 from quotas.integrations.slurm import SlurmError
 from quotas.models import Cluster, ClusterKind, OrgUnit
 from quotas.selectors import subtree
@@ -179,8 +186,31 @@ def waiting_workload(request: Request, cluster: str, namespace: str, name: str) 
     found = Cluster.objects.filter(name=cluster).first()
     if found is None:
         raise NotFound(f"cluster {cluster!r}: no such cluster in Allot")
-    record = readable(request, find_waiting(found, namespace, name))
-    return Response(answer_json(explain_record(record)))
+    record = find_waiting(found, namespace, name)
+    if record is None:
+        _unknown(found)
+    return Response(answer_json(explain_record(readable(request, record))))
+
+
+STALE_S = 300
+"""A live view older than this cannot say that a workload does not exist: one submitted since is not in it."""
+
+
+def _unknown(cluster: Cluster) -> NoReturn:
+    """A workload Allot has not seen: 404 when its view of the cluster is fresh (saying how fresh); 503 saying its
+    age when it is stale or was never refreshed — the workload may exist, the usage watcher has not said so."""
+    seen = observed_at(cluster)
+    age = (timezone.now() - seen).total_seconds() if seen else None
+    if age is None or age > STALE_S:
+        said = "has never been refreshed" if age is None else f"was last refreshed {age:.0f} s ago"
+        raise ServiceUnavailable(
+            f"Allot's view of cluster {cluster.name} {said}, so it cannot tell whether that workload exists: the "
+            "usage watcher is not keeping it current (see the cluster's page); ask again once it runs"
+        )
+    raise NotFound(
+        f"no such workload on that cluster that you may read (its owner, its unit's members and leads), in "
+        f"Allot's view of it refreshed {age:.0f} s ago"
+    )
 
 
 @extend_schema(

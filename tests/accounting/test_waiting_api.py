@@ -3,6 +3,7 @@ reader's rule (its owner, its unit's members and leads; everyone signed in under
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -38,7 +39,16 @@ def records(demo):
         **common, scheduler_id="u2", job_id="speech/job-second-2", owner="erin", state="pending",
         submitted_at=now - timedelta(minutes=2), track={"uid": "u2", "ask": ask}, resources={"queue": "q"},
     )  # fmt: skip
+    watched(demo, now)
     return unit, flavor
+
+
+def watched(cluster, at):
+    """The usage watcher's run for the cluster, its view refreshed at ``at``."""
+    from accounting.models import SourceKind, SourceRun
+
+    SourceRun.objects.filter(cluster=cluster, source=SourceKind.KUEUE).delete()
+    SourceRun.objects.create(source=SourceKind.KUEUE, cluster=cluster, started_at=at, watermark=at)
 
 
 def test_a_workload_is_explained_by_its_jobs_name_and_a_units_waiting_work_is_listed(demo, admin_client):
@@ -82,6 +92,22 @@ def test_an_admitted_workload_says_it_is_running_not_why_it_waits(demo, admin_cl
     assert cause["title"].startswith(f"admitted on {flavor.name} since ")
     assert cause["title"].endswith("it is running, not waiting")
     assert body["ways_out"] == [] and body["state"] == "running"
+
+
+def test_an_unknown_workload_is_a_404_only_while_allots_view_is_fresh(demo, admin_client):
+    """With the usage watcher down, "no such workload" would be a guess: the answer says how old the view is."""
+    records(demo)
+    fresh = admin_client.get("/api/v1/waiting/k8s-west/speech/job/nothing/")
+    assert fresh.status_code == 404 and re.search(r"in Allot's view of it refreshed \d+ s ago$", fresh.json()["detail"])
+    watched(demo, timezone.now() - timedelta(hours=2))
+    stale = admin_client.get("/api/v1/waiting/k8s-west/speech/job/nothing/")
+    assert stale.status_code == 503
+    assert re.search(
+        r"was last refreshed 720\d s ago, so it cannot tell whether that workload exists", stale.json()["detail"]
+    )
+    # a workload it has seen is still explained, with the view's age
+    known = admin_client.get("/api/v1/waiting/k8s-west/speech/job/second/").json()
+    assert known["workload"] == "speech/job-second-2" and known["age_seconds"] >= 7200
 
 
 def test_kubectl_allot_why_asks_the_api_with_the_readers_token_and_prints_causes_and_ways_out(demo, live_server):
