@@ -20,8 +20,17 @@ from accounting.policy.waiting import Cause, Explanation, Holding, LiveView, Pen
 from quotas.policy.snapshot import OrgSnapshot
 
 FORMAT = "%i|%j|%u|%a|%q|%T|%r|%b|%D|%V|%Q"
-"""``squeue -h -o FORMAT``: id, name, user, account, QOS, state, reason, tres-per-node, nodes, submit time,
-priority (the multifactor priority ``sprio`` breaks down: the order the scheduler takes pending jobs in)."""
+"""``squeue -h -o FORMAT``, the form read before :data:`FIELDS` (still parsed): id, name, user, account, QOS, state,
+reason, tres-per-node (``%b``: N/A for ``--gpus``, ``--gpus-per-task`` and ``--gpus-per-socket``), nodes, submit
+time, priority."""
+FIELDS = (
+    "JobID", "UserName", "Account", "QOS", "State", "Reason", "tres-per-job", "tres-per-task", "tres-per-socket",
+    "tres-per-node", "NumNodes", "NumTasks", "Sockets", "SubmitTime", "PriorityLong", "Name",
+)  # fmt: skip
+"""``squeue -h -O "JobID:|,…"``: every field a GPU request can be in (``--gpus`` is tres-per-job, ``--gpus-per-task``
+tres-per-task, ``--gpus-per-socket`` tres-per-socket, ``--gres``/``--gpus-per-node`` tres-per-node), with the counts
+they multiply by, the submit time and the multifactor priority (the order the scheduler takes pending jobs in);
+the name last, since it may hold the separator."""
 PER_NODE = re.compile(r"gres[:/]gpu(?::([A-Za-z][\w.-]*))?[:=](\d+)")
 WAITING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 
@@ -40,34 +49,73 @@ class QueuedJob:
     nodes: int
     submitted: datetime | None
     priority: int | None = None
+    gpus: int | None = None
+    """Every GPU the job asks for, counted as job_submit.lua counts them (per job, per task × tasks, per socket ×
+    sockets × nodes, per node × nodes); None: read from tres-per-node alone (the older squeue form)."""
 
     @property
     def devices(self) -> int:
-        return self.per_node * self.nodes
+        return self.per_node * self.nodes if self.gpus is None else self.gpus
+
+
+def _submitted(text: str, zone: tzinfo) -> datetime | None:
+    try:
+        submitted = datetime.fromisoformat(text) if text not in ("", "N/A", "Unknown") else None
+    except ValueError:
+        return None
+    if submitted is not None and submitted.tzinfo is None:
+        submitted = submitted.replace(tzinfo=zone)  # squeue prints local time (ALLOT_SLURM_TIMEZONE)
+    return submitted
+
+
+def _count(text: str) -> int:
+    """A count squeue prints (``*`` or N/A where unset: 1)."""
+    return max(1, int(text)) if text.isdigit() else 1
+
+
+def _fields(line: str, zone: tzinfo) -> QueuedJob | None:
+    """One line of ``squeue -h -O`` with :data:`FIELDS`, each ended by ``|``; the GPUs counted as job_submit.lua
+    counts them (the first typed form names the type)."""
+    parts = line.split("|")
+    if len(parts) < len(FIELDS) + 1 or not parts[0][:1].isdigit():
+        return None
+    head = dict(zip(FIELDS[:-1], parts[: len(FIELDS) - 1], strict=True))
+    name = "|".join(parts[len(FIELDS) - 1 : -1])
+    nodes, tasks, sockets = _count(head["NumNodes"]), _count(head["NumTasks"]), _count(head["Sockets"])
+    times = {"tres-per-job": 1, "tres-per-task": tasks, "tres-per-socket": sockets * nodes, "tres-per-node": nodes}
+    gpus, gpu_type = 0, None
+    for field, factor in times.items():
+        for match in PER_NODE.finditer(head[field]):
+            gpus += int(match.group(2)) * factor
+            gpu_type = gpu_type or match.group(1)
+    return QueuedJob(
+        head["JobID"], name, head["UserName"], head["Account"], head["QOS"], head["State"], head["Reason"], gpu_type,
+        -(-gpus // nodes), nodes, _submitted(head["SubmitTime"], zone),
+        int(head["PriorityLong"]) if head["PriorityLong"].isdigit() else None, gpus,
+    )  # fmt: skip
 
 
 def parse_squeue(text: str, zone: tzinfo = UTC) -> list[QueuedJob]:
-    """Lines of ``squeue -h -o FORMAT`` (``-M`` adds ``CLUSTER:`` lines, a header starts ``JobID``: both
-    skipped); the first 8 fields are enough (then one node, submit time and priority unknown). Jobs without
-    GPUs are kept with 0 devices."""
+    """Lines of ``squeue -h -O`` with :data:`FIELDS` (each field ended by ``|``), or of the older ``squeue -h -o
+    FORMAT`` (``-M`` adds ``CLUSTER:`` lines, a header starts ``JobID``: both skipped; there the first 8 fields are
+    enough, then one node, submit time and priority unknown). Jobs without GPUs are kept with 0 devices."""
     found = []
     for line in text.splitlines():
+        if line.count("|") >= len(FIELDS):
+            job = _fields(line.strip(), zone)
+            if job is not None:
+                found.append(job)
+            continue
         parts = [*line.strip().split("|"), "", "", ""]
         if len(parts) < 11 or not parts[0][:1].isdigit():
             continue
         match = PER_NODE.search(parts[7])
         nodes = max(1, int(parts[8])) if parts[8].isdigit() else 1
-        try:
-            submitted = datetime.fromisoformat(parts[9]) if parts[9] not in ("", "N/A", "Unknown") else None
-        except ValueError:
-            submitted = None
-        if submitted is not None and submitted.tzinfo is None:
-            submitted = submitted.replace(tzinfo=zone)  # squeue prints local time (ALLOT_SLURM_TIMEZONE)
         found.append(
             QueuedJob(
                 parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6],
-                match.group(1) if match else None, int(match.group(2)) if match else 0, nodes, submitted,
-                int(parts[10]) if parts[10].isdigit() else None,
+                match.group(1) if match else None, int(match.group(2)) if match else 0, nodes,
+                _submitted(parts[9], zone), int(parts[10]) if parts[10].isdigit() else None,
             )
         )  # fmt: skip
     return found

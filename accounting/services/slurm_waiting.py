@@ -1,7 +1,7 @@
-"""Why a Slurm job waits, from the cluster's queue (issue #44): ``squeue`` (every job, its reason, GPUs per node,
-submit time, priority) and slurmctld's count of the job's QOS, each read at most every
-ALLOT_SLURM_QUEUE_SECONDS and shared through the cache, explained in the same terms as a Kueue Workload
-(accounting.policy.slurm_waiting) with the same checks of its ways out and the same estimate."""
+"""Why a Slurm job waits, from the cluster's queue: ``squeue`` (every job, its reason, every form of GPU request
+counted as job_submit.lua counts them, submit time, priority) and slurmctld's count of the job's QOS, each read at
+most every ALLOT_SLURM_QUEUE_SECONDS and shared through the cache, explained in the same terms as a Kueue
+Workload (accounting.policy.slurm_waiting) with the same checks of its ways out and the same estimate."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from accounting.policy.slurm_qos import parse_assoc_mgr_qos, qos_said
 from accounting.policy.slurm_waiting import (
-    FORMAT,
+    FIELDS,
     WAITING,
     QueuedJob,
     SlurmMaps,
@@ -53,7 +53,7 @@ def slurm_queue(cluster: Cluster, *, runner: SlurmInventory | None = None) -> tu
     if cached is not None and (now - cached[1]).total_seconds() < settings.ALLOT_SLURM_QUEUE_SECONDS:
         return parse_squeue(cached[0], ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), cached[1]
     runner = runner or SlurmInventory(scontrol=settings.ALLOT_SLURM_SCONTROL, squeue=settings.ALLOT_SLURM_SQUEUE)
-    text = runner.queue(slurm_cluster_name(cluster), FORMAT)
+    text = runner.queue_fields(slurm_cluster_name(cluster), FIELDS)
     cache.set(key, (text, now), timeout=max(60, 10 * settings.ALLOT_SLURM_QUEUE_SECONDS))
     return parse_squeue(text, ZoneInfo(settings.ALLOT_SLURM_TIMEZONE)), now
 

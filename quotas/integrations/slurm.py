@@ -259,6 +259,13 @@ class SlurmInventory:
         text = self._run([self.squeue, "-M", cluster, "-h", "-o", fmt])
         return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))
 
+    def queue_fields(self, cluster: str, fields: Sequence[str]) -> str:
+        """Every job slurmctld holds, one line each with ``fields`` each ended by ``|`` (``squeue -M <cluster> -h
+        -O "JobID:|,…"``: the long form, the only one that prints tres-per-job/task/socket), without ``CLUSTER:``
+        lines."""
+        text = self._run([self.squeue, "-M", cluster, "-h", "-O", ",".join(f"{f}:|" for f in fields)])
+        return "\n".join(line for line in text.splitlines() if not line.startswith("CLUSTER:"))
+
     def qos_usage(self, cluster: str, names: list[str]) -> str:
         """The QOS' limits and what their jobs hold now (``scontrol -M <cluster> show assoc_mgr flags=qos qos=…``)."""
         return self._run([self.scontrol, "-M", cluster, "show", "assoc_mgr", "flags=qos", f"qos={','.join(names)}"])

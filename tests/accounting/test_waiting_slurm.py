@@ -299,3 +299,37 @@ def test_an_association_limit_set_outside_allot_is_said_as_such_and_the_job_runs
         _sh(*limit, "GrpJobs=-1")
         for job in jobs:
             _sh("scancel", job)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_gpu_request_form_is_read_from_squeues_own_fields(lab, settings):
+    """``--gpus`` and ``--gpus-per-task`` are not in squeue's ``%b`` (it prints N/A): read from tres-per-job and
+    tres-per-task, each job asks for what job_submit.lua counted — not "0 devices"."""
+    from accounting.services.slurm_waiting import explain_slurm_job
+
+    settings.ALLOT_SLURM_QUEUE_SECONDS = 0
+    cluster_sync(actor=lab.admin, reason="accounts first", cluster=lab.slurm)
+    submitted = []
+
+    def held(*form):
+        deadline = time.monotonic() + 25
+        while True:
+            done = _sh("sbatch", "--hold", "-A", "nlp", "-t", "5", "--chdir=/tmp", "-o", "/dev/null", *form,
+                       "--wrap", "sleep 1", user="alice")  # fmt: skip
+            if done.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # the associations or the job_submit snapshot are still on their way
+        assert done.returncode == 0, done.stderr
+        submitted.append(done.stdout.split()[-1])
+        return submitted[-1]
+
+    try:
+        for form, devices in ((("--gpus=a100:2",), 2), (("-n", "2", "--gpus-per-task=a100:1"), 2)):
+            job = held(*form)
+            answer = explain_slurm_job(lab.slurm, job)
+            assert answer is not None, _sh("squeue", "-h").stdout
+            assert (answer.job.devices, answer.job.gpu_type) == (devices, "a100"), (form, answer.job)
+            assert answer.explanation.devices == devices
+    finally:
+        for job in submitted:
+            _sh("scancel", job)

@@ -138,3 +138,31 @@ def test_an_association_limit_is_said_as_a_limit_set_outside_allot_with_the_acco
     assert "sacctmgr show assoc where account=nlp" in top.evidence[0]
     assert top.evidence[1] == "its running jobs on account nlp: job 70 (mine) (1 GPUs, alice)"
     assert [w.kind for w in found.ways_out][:2] == ["wait-finish", "ask"]
+
+
+def test_every_form_of_gpu_request_is_read_as_job_submit_lua_counts_it():
+    """Lines as ``squeue -h -O "JobID:|,…"`` printed them on the local Slurm stack (22.05): ``%b`` printed N/A
+    for ``--gpus``, ``--gpus-per-task`` and ``--gpus-per-socket``, so those jobs read as asking for 0 devices."""
+    from accounting.policy.slurm_waiting import FIELDS
+
+    def line(job, per_job="N/A", per_task="N/A", per_socket="N/A", per_node="N/A", nodes=1, tasks=1, sockets="*"):
+        values = [job, "alice", "nlp", "normal", "PENDING", "Priority", per_job, per_task, per_socket, per_node,
+                  str(nodes), str(tasks), sockets, "2026-12-07T22:53:24", "4294", "train|v2"]  # fmt: skip
+        assert len(values) == len(FIELDS)
+        return "|".join(values) + "|"
+
+    jobs = parse_squeue(
+        "\n".join(
+            [
+                line("1", per_job="gres:gpu:a100:2"),  # --gpus=a100:2
+                line("2", per_task="gres:gpu:a100:1", tasks=3),  # -n 3 --gpus-per-task=a100:1
+                line("3", per_socket="gres:gpu:a100:1", nodes=2, sockets="2"),  # -N2 --sockets-per-node=2
+                line("4", per_node="gres:gpu:h100:4", nodes=2),  # -N2 --gres=gpu:h100:4
+                line("5"),  # no GPUs
+            ]
+        )
+    )
+    assert [(j.job_id, j.devices, j.gpu_type) for j in jobs] == [
+        ("1", 2, "a100"), ("2", 3, "a100"), ("3", 4, "a100"), ("4", 8, "h100"), ("5", 0, None),
+    ]  # fmt: skip
+    assert jobs[0].name == "train|v2" and jobs[0].priority == 4294 and jobs[0].submitted is not None
