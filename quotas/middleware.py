@@ -34,7 +34,7 @@ def _too_large(request: HttpRequest) -> str | None:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return "the Content-Length header is not a number"
-    if limit is not None and length > limit and not request.content_type.startswith("multipart/"):
+    if limit is not None and length > limit and not (request.content_type or "").startswith("multipart/"):
         return f"the body is larger than {limit} bytes: send less at once"
     return None
 
