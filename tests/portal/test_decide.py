@@ -75,11 +75,12 @@ def test_the_approver_sees_holdings_room_usage_and_the_cluster_diff(demo):
 
     diff = section(html, 'id="cluster-diff"', "</div>")
     own = nlp.guarantee - sum(gpu(p.path).guarantee for p in nlp.unit.children.all())
-    # on Kueue a unit's own guarantee is its Cohort's nominalQuota: nlp's grows by 2, research's own share
-    # (the room left above) shrinks by 2, nlp's queue may borrow 2 more up to its unchanged ceiling
-    assert "On <strong>k8s-west</strong>: 3 objects" in diff and "On <strong>slurm-lab</strong>: nothing" in diff
+    # on Kueue a unit's own guarantee (beyond its children's) is its own queue's nominalQuota: nlp's grows by 2,
+    # research's own share (the room left above) shrinks by 2; nlp's ceiling grows with it, so its borrowing
+    # limit (ceiling − its own) stays as it was
+    assert "On <strong>k8s-west</strong>: 2 objects" in diff and "On <strong>slurm-lab</strong>: nothing" in diff
     quota = "spec.resourceGroups[0].flavors[2].resources[2].nominalQuota"
-    assert f'update Cohort acme.research.nlp<br><span class="muted">{quota}: {own} → {own + 2}' in diff
+    assert f'update ClusterQueue acme.research.nlp<br><span class="muted">{quota}: {own} → {own + 2}' in diff
     assert f'update Cohort acme.research<br><span class="muted">{quota}: {room} → {room - 2}' in diff
 
 
