@@ -9,15 +9,18 @@ Nothing here is needed to scale out: every replica rebuilds its own cache from t
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import deque
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import close_old_connections, connections, router, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connections, router, transaction
 from django.utils import timezone
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -84,7 +87,7 @@ class _State:
                     self.failed_at = time.monotonic()
                     self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
                     log.warning("admission policy could not be loaded: %s", self.last_error)
-                    workers.publish(None, self.last_error)
+                    self._publish(None, self.last_error)
             self._start()
         if self.policy is None:
             raise PolicyUnavailable(self.last_error or "the policy is being loaded")
@@ -98,7 +101,7 @@ class _State:
         self.policy = admission_policy(admission_cluster())
         REVISION.set(self.policy.revision)
         if publish:
-            workers.publish(self.policy.revision)
+            self._publish(self.policy.revision)
         return True
 
     def preload(self) -> None:
@@ -117,7 +120,7 @@ class _State:
     def worker_started(self) -> None:
         """In each forked worker (gunicorn's post_worker_init hook): its first word on its state, and its
         own refresh loop (threads do not survive the fork; a preloaded policy would otherwise never move)."""
-        workers.publish(self.policy.revision if self.policy else None, self.last_error)
+        self._publish(self.policy.revision if self.policy else None, self.last_error)
         self._start()
 
     def record(self, row: dict[str, Any]) -> None:
@@ -138,7 +141,7 @@ class _State:
             try:
                 _insert(batch)
             except Exception as exc:
-                if _unreachable(exc):
+                if isinstance(exc, UNREACHABLE):
                     self._failing(exc)
                     self.pending.extendleft(reversed(batch))  # the database is away: keep them (bounded)
                     raise
@@ -157,7 +160,7 @@ class _State:
             try:
                 _insert([row])
             except Exception as exc:
-                if _unreachable(exc):
+                if isinstance(exc, UNREACHABLE):
                     self._failing(exc)
                     self.pending.extendleft(reversed(batch[i:]))
                     raise
@@ -168,16 +171,20 @@ class _State:
             else:
                 self._written()
 
+    def _publish(self, revision: int | None, error: str = "") -> None:
+        """This worker's state for the pod's readiness (admission.workers), always with its decision log's."""
+        workers.publish(revision, error, log_error=self.log_error)
+
     def _failing(self, exc: BaseException) -> None:
         self.log_error = f"{type(exc).__name__}: {exc}".strip()[:300]
         LOG_FAILING.set(1)
-        workers.publish(self.policy.revision if self.policy else None, self.last_error, log_error=self.log_error)
+        self._publish(self.policy.revision if self.policy else None, self.last_error)
 
     def _written(self) -> None:
         if self.log_error:
             self.log_error = ""
             LOG_FAILING.set(0)
-            workers.publish(self.policy.revision if self.policy else None, self.last_error)
+            self._publish(self.policy.revision if self.policy else None, self.last_error)
 
     def _start(self) -> None:
         if self.started or not settings.ALLOT_ADMISSION_BACKGROUND:
@@ -200,7 +207,7 @@ class _State:
                     self.last_error = f"{type(exc).__name__}: {exc}".strip()[:300]
                     log.exception("admission policy refresh failed; serving the last good policy")
                     if self.policy is None:
-                        workers.publish(None, self.last_error)
+                        self._publish(None, self.last_error)
             trim = time.monotonic() - last_trim >= TRIM_SECONDS
             try:
                 self.flush(trim=trim)
@@ -245,23 +252,14 @@ def _insert(rows: list[dict[str, Any]]) -> None:
             cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", params)
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """The database cannot be reached (keep the rows and try again), as opposed to refusing these rows."""
-    from django.db import InterfaceError, OperationalError
-
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return isinstance(exc, (OperationalError, InterfaceError))
-    return isinstance(exc, (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError))
+UNREACHABLE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+"""The database cannot be reached (keep the rows and try again), as opposed to refusing these rows: Django's
+wrappers, and psycopg's own, which the COPY raises unwrapped."""
 
 
 def spill(row: dict[str, Any], exc: BaseException) -> None:
     """Append a decision the log refused to ALLOT_ADMISSION_SPILL_FILE (one JSON object a line, with why); if
     even that fails, its fields go to this process's log."""
-    import json
-    from pathlib import Path
-
     line = json.dumps({**row, "at": row["at"].isoformat(), "why": f"{type(exc).__name__}: {exc}"[:300]})
     try:
         path = Path(settings.ALLOT_ADMISSION_SPILL_FILE)

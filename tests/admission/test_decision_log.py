@@ -57,8 +57,7 @@ def test_a_nul_byte_in_any_field_is_stored_escaped_and_the_log_goes_on():
 
 @pytest.mark.postgres
 def test_a_row_the_database_refuses_is_spilled_said_and_the_rest_written(settings):
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL enforces the column lengths this refusal needs")
+    assert connection.vendor == "postgresql"  # the marker: PostgreSQL enforces the column length refused here
 
     def row(uid, reason="allowed"):
         return decision_row(
@@ -85,3 +84,22 @@ def test_a_row_the_database_refuses_is_spilled_said_and_the_rest_written(setting
     assert len(Path(settings.ALLOT_ADMISSION_SPILL_FILE).read_text().splitlines()) == 2
     said = Client().get("/admission/readyz").json()["decision_log"]
     assert said["failing"] == [] and said["spilled_here"] == 2
+
+
+def test_readiness_says_which_worker_of_the_pod_cannot_log_and_a_refresh_does_not_unsay_it(settings, tmp_path):
+    """Across the pod's workers (admission.workers): a worker whose log fails publishes why, every later state it
+    publishes (a policy refresh included) still says so, and any worker's readiness answer names it."""
+    import os
+
+    from admission import workers
+
+    settings.ALLOT_ADMISSION_STATE_DIR = str(tmp_path / "state")
+    other = os.getppid()  # a live process standing for another worker of the pod
+    workers.publish(7, log_error="OperationalError: the database is away", pid=other)
+    STATE.log_error = "DataError: value too long"
+    assert STATE.refresh()  # publishes this worker's new revision: its log's failure goes with it
+    mine = [w for w in workers.workers() if w["pid"] == os.getpid()]
+    assert mine and mine[0]["log_error"] == "DataError: value too long"
+    said = Client().get("/admission/readyz").json()["decision_log"]["failing"]
+    assert f"worker {other}: OperationalError: the database is away" in said
+    assert f"worker {os.getpid()}: DataError: value too long" in said
