@@ -137,7 +137,10 @@ def _parser(prog: str, usage: str, description: str) -> argparse.ArgumentParser:
 def kubectl_main(argv: list[str] | None = None) -> int:
     parser = _parser("kubectl allot", USAGE, "Why a Kubernetes workload waits, and what would make it run.")
     parser.add_argument("verb", choices=["why"], help="why: explain a waiting workload")
-    parser.add_argument("target", help="job/NAME (or jobset/, pytorchjob/, rayjob/), or a Workload's name")
+    parser.add_argument(
+        "target",
+        help="job/NAME (or jobset/, pytorchjob/, mpijob/, tfjob/, leaderworkerset/, rayjob/), or a Workload's name",
+    )
     parser.add_argument("-n", "--namespace", default=None, help="its namespace (default: the kubeconfig context's)")
     args = parser.parse_args(argv)
     parts = lambda: (args.namespace or _namespace(), args.target)

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+
+from quotas.api.parsers import too_large
 
 SAID = "contains a NUL byte (%00), which no name, path or number holds: remove it"
 
@@ -27,15 +30,13 @@ def _nul(request: HttpRequest) -> str | None:
 
 def _too_large(request: HttpRequest) -> str | None:
     """Why a body Django would refuse (DATA_UPLOAD_MAX_MEMORY_SIZE) is refused, in words; None when it is not."""
-    from django.conf import settings
-
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return "the Content-Length header is not a number"
     if limit is not None and length > limit and not (request.content_type or "").startswith("multipart/"):
-        return f"the body is larger than {limit} bytes: send less at once"
+        return too_large(limit)
     return None
 
 

@@ -238,10 +238,9 @@ def mcp_view(request: Request) -> Response:
         answers, started = [], time.monotonic()
         for message in body:
             if time.monotonic() - started > BATCH_SECONDS:
-                ident = message.get("id") if isinstance(message, dict) else None
-                if isinstance(message, dict) and "id" in message:
+                if isinstance(message, dict) and "id" in message:  # a notification is answered by nothing
                     late = f"not answered: the batch took over {BATCH_SECONDS:.0f} s; send it again"
-                    answers.append(_error(ident, -32000, late))
+                    answers.append(_error(message["id"], -32000, late))
                 continue
             answer = _handle(request, message)
             if answer is not None:

@@ -38,7 +38,7 @@ def _selects(r: Review, names: tuple[str, ...]) -> str:
 
 def _unknown_pin(r: Review, podset: PodSet) -> Decision:
     """A pin no flavor of the cluster satisfies (Kueue: "flavor … doesn't match node affinity" for each)."""
-    known = _selects(r, tuple(f.name for f in r.policy.flavors))
+    known = _selects(r, r.policy.flavor_names)
     return r.deny(
         Reason.UNKNOWN_FLAVOR,
         f"{podset.name} is pinned to {describe_requirements(podset.spec)}, which no flavor of cluster "
@@ -80,7 +80,7 @@ def _not_offered(r: Review, podset: PodSet, name: str) -> Decision:
 def _one_flavor(r: Review, podset: PodSet, names: list[str]) -> Decision:
     """Devices of two kinds in one pod set that no one flavor offers together (Kueue gives a pod set one flavor
     for every resource of the group)."""
-    offers = "; ".join(f"{n} on {', '.join(r.policy.offering(n)) or 'no flavor'}" for n in sorted(names))
+    offers = "; ".join(f"{n} on {', '.join(r.policy.offering[n]) or 'no flavor'}" for n in sorted(names))
     return r.deny(
         Reason.PROFILE_NOT_OFFERED,
         f"{podset.name} asks for {' and '.join(sorted(names))} in one pod, but Kueue gives a pod one flavor for "
@@ -99,11 +99,11 @@ def _placed(r: Review, podset: PodSet, held: dict[str, int]) -> tuple[Decision |
     policy = r.policy
     if fitting is None and policy.whole_flavors is None and all(policy.counted[n] is None for n in held):
         return None, None  # the usual case: whole GPUs, unpinned, every flavor whole (none shared): any flavor
-    counted, everywhere = policy.counted, tuple(f.name for f in policy.flavors)
-    grouped = [n for n in held if counted[n] is None or n in r.policy.weights]
+    counted, everywhere = policy.counted, policy.flavor_names
+    grouped = [n for n in held if counted[n] is None or n in policy.weights]
     candidates = set(everywhere if fitting is None else fitting)
     for name in held:
-        offered = r.policy.offering(name)
+        offered = policy.offering[name]
         if not offered:
             return _not_offered(r, podset, name), None
         if fitting is not None and not set(offered) & set(fitting):

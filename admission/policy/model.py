@@ -164,26 +164,25 @@ class AdmissionPolicy:
         """The flavors whose nodes are tainted, by name, as ``quotas.policy.placement`` reads them."""
         return {f.name: f.taints for f in self.flavors if f.taints.taints}
 
-    def offering(self, resource: str) -> tuple[str, ...]:
-        """The flavors that offer ``resource``: a mapped accelerator its flavor, a slice the shared flavors
-        that have it, whole GPUs the whole flavors (every flavor where none is shared)."""
-        found = self._offers.get(resource)
-        if found is None:
-            found = self._offers[resource] = self._offering(resource)
-        return found
+    @cached_property
+    def flavor_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.flavors)
 
     @cached_property
-    def _offers(self) -> dict[str, tuple[str, ...]]:
-        return {}
-
-    def _offering(self, resource: str) -> tuple[str, ...]:
-        mapped = self.accelerators.get(resource)
-        if mapped is not None:
-            return (mapped,)
-        if resource in self.weights:
-            return tuple(f.name for f in self.flavors if resource in f.profiles)
-        whole = self.whole_flavors
-        return tuple(f.name for f in self.flavors) if whole is None else whole
+    def offering(self) -> Mapping[str, tuple[str, ...]]:
+        """Per counted resource, the flavors that offer it: a mapped accelerator its flavor, a slice the shared
+        flavors that have it, whole GPUs the whole flavors (every flavor where none is shared)."""
+        whole = self.flavor_names if self.whole_flavors is None else self.whole_flavors
+        found: dict[str, tuple[str, ...]] = {}
+        for name in self.counted:
+            mapped = self.accelerators.get(name)
+            if mapped is not None:
+                found[name] = (mapped,)
+            elif name in self.weights:
+                found[name] = tuple(f.name for f in self.flavors if name in f.profiles)
+            else:
+                found[name] = whole
+        return found
 
     def matched(self, names: set[str]) -> bool:
         """Kueue matches a pod set asking for ``names`` against the flavors: it asks for a covered resource (a

@@ -230,20 +230,15 @@ def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]
                 _at(job, kind, "template.spec", f"spec.replicatedJobs[{i}].template.spec"),
                 f"/spec/replicatedJobs/{i}/template/spec/template/spec",
             )
-    elif kind == "PyTorchJob":
-        spec = _at(obj, kind, "spec")
-        elastic_max = (spec.get("elasticPolicy") or {}).get("maxReplicas")
-        for role, rs in sorted(_at(spec, kind, "pytorchReplicaSpecs", "spec").items()):
+    elif kind in REPLICA_SPECS:
+        spec, field = _at(obj, kind, "spec"), REPLICA_SPECS[kind]
+        elastic_max = (spec.get("elasticPolicy") or {}).get("maxReplicas")  # an elastic PyTorchJob's workers
+        for role, rs in sorted(_at(spec, kind, field, "spec").items()):
             count = _count(rs.get("replicas"))
             if role == "Worker" and elastic_max is not None:
                 count = max(count, _count(elastic_max))
-            template = _at(rs, kind, "template.spec", f"spec.pytorchReplicaSpecs.{role}")
-            yield PodSet(role, count, template, f"/spec/pytorchReplicaSpecs/{role}/template/spec")
-    elif kind in REPLICA_SPECS:
-        field = REPLICA_SPECS[kind]
-        for role, rs in sorted(_at(obj, kind, f"spec.{field}").items()):
             template = _at(rs, kind, "template.spec", f"spec.{field}.{role}")
-            yield PodSet(role, _count(rs.get("replicas")), template, f"/spec/{field}/{role}/template/spec")
+            yield PodSet(role, count, template, f"/spec/{field}/{role}/template/spec")
     elif kind == "LeaderWorkerSet":
         yield from _lws_pod_sets(obj)
     elif kind == "RayJob":
@@ -258,8 +253,9 @@ def _pod_sets(group: str, kind: str, obj: Mapping[str, Any]) -> Iterator[PodSet]
         raise WorkloadError(f"{group or 'core'}/{kind} is not a workload kind Allot checks")
 
 
-REPLICA_SPECS = {"MPIJob": "mpiReplicaSpecs", "TFJob": "tfReplicaSpecs"}
-"""Kubeflow jobs whose roles (Launcher and Worker; Chief, PS, Worker, Evaluator) each run ``replicas`` pods."""
+REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs", "TFJob": "tfReplicaSpecs"}
+"""Kubeflow jobs whose roles (Master and Worker; Launcher and Worker; Chief, PS, Worker, Evaluator) each run
+``replicas`` pods."""
 
 
 def _lws_pod_sets(obj: Mapping[str, Any]) -> Iterator[PodSet]:

@@ -12,6 +12,12 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+
+def too_large(limit: int) -> str:
+    """What a body over ``limit`` bytes is told (here, and by the input rule before anything reads it)."""
+    return f"the body is larger than {limit} bytes: send less at once"
+
+
 MAX_DEPTH = 64
 """Arrays and objects inside one another: no request body of the API comes near it (a quota change is 3 deep)."""
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -42,7 +48,7 @@ class BoundedJSONParser(JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 2_621_440
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
-            raise ParseError(f"the body is larger than {limit} bytes: send less at once")
+            raise ParseError(too_large(limit))
         if too_deep(raw):
             raise ParseError(f"the body nests arrays and objects more than {MAX_DEPTH} deep: no field of the API does")
         return super().parse(io.BytesIO(raw), media_type, parser_context)
