@@ -212,8 +212,7 @@ def kueue_verdicts(plane: ControlPlane, names: list[str], seconds: float = 90) -
         out = {}
         for name in names:
             wl = found.get(name)
-            admitted = condition(wl, "Admitted") or condition(wl, "QuotaReserved")
-            if admitted and admitted["status"] == "True":
+            if any((condition(wl, kind) or {}).get("status") == "True" for kind in ("Admitted", "QuotaReserved")):
                 flavors = [a.get("flavors") for a in wl["status"]["admission"]["podSetAssignments"]]  # type: ignore[index]
                 out[name] = (True, f"admitted on {flavors}")
                 continue

@@ -2,8 +2,10 @@
 tests/kube_cluster.py): a unit with children runs its own jobs in a ClusterQueue of its own, which holds the
 part of its guarantee its children do not (its residual) as nominal quota — so when a child asks for the
 guarantee it lent, Kueue takes it back from the true borrower, never from the parent's own work inside its
-residual. (With that queue at nominal 0, as compiled before, Kueue counted everything the parent ran as
-borrowed and preempted the parent's jobs first, four times out of four on the demo tree.)"""
+residual. This tree does not tell the two compilations apart (run with the own queue at nominal 0, as compiled
+before, Kueue also took the true borrower here, under classic and fair sharing alike); the queue's nominal quota is
+asserted, and the test keeps what Kueue must do with it. The failure the change answers was seen on the demo's
+tree, where the parent's own work was preempted first."""
 
 from __future__ import annotations
 
